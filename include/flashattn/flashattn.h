@@ -1,0 +1,145 @@
+// flashattn public API: attention forward over (batch, seqlen, heads, head_dim) tensors.
+//
+// Everything a caller needs is in this header: plain parameter structs, a Status that names the
+// argument and the rule when an input is refused, the Kernel enum naming every kernel family, and
+// forward(). Nothing here depends on the CUDA headers: the stream is passed as an opaque pointer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace flashattn {
+
+// ---------------------------------------------------------------------------------------------
+// Status
+// ---------------------------------------------------------------------------------------------
+enum class StatusCode : int {
+  ok = 0,
+  invalid_argument = 1,  // the input breaks a rule of the API (message names argument and rule)
+  unsupported = 2,       // valid input, but the chosen kernel or this build lacks the feature
+  cuda_error = 3,        // a CUDA call failed (message carries the CUDA error string)
+};
+
+struct Status {
+  StatusCode code = StatusCode::ok;
+  std::string message;
+
+  bool ok() const { return code == StatusCode::ok; }
+  static Status success() { return {}; }
+};
+
+const char* status_code_name(StatusCode code);
+
+// ---------------------------------------------------------------------------------------------
+// Element types and kernel families
+// ---------------------------------------------------------------------------------------------
+enum class DType : int { bf16 = 0, fp16 = 1 };
+
+const char* dtype_name(DType dtype);
+std::optional<DType> parse_dtype(std::string_view name);
+int dtype_size(DType dtype);
+
+// Every kernel family of the lineage. A family that is not built yet answers `unsupported`.
+enum class Kernel : int {
+  automatic = 0,  // "auto": the fastest built family for the memory and device the inputs live on
+  cpu,            // multithreaded tiled online softmax on the host (inputs in host memory)
+  k1,             // naive: three launches, S materialised in device memory
+  k2,             // fused tiled online softmax on CUDA cores (FA2 loop order, no tensor cores)
+  fa2,            // mma.sync + cp.async + ldmatrix (sm_80 and later)
+  k3,             // TMA + mbarrier pipeline (sm_90a)
+  k4,             // + WGMMA, P kept in registers
+  k5,             // + warp specialisation
+  k6,             // + ping-pong, intra-warpgroup overlap, persistent scheduler (production path)
+  k7,             // FP8 e4m3 forward
+  k8,             // FP8 + incoherent processing + block quantisation
+};
+
+inline constexpr Kernel kAllKernels[] = {Kernel::automatic, Kernel::cpu, Kernel::k1, Kernel::k2,
+                                         Kernel::fa2,       Kernel::k3,  Kernel::k4, Kernel::k5,
+                                         Kernel::k6,        Kernel::k7,  Kernel::k8};
+
+const char* kernel_name(Kernel kernel);  // "auto", "cpu", "k1", ...
+std::optional<Kernel> parse_kernel(std::string_view name);
+bool kernel_is_built(Kernel kernel);     // false for families not in this build yet
+bool kernel_runs_on_host(Kernel kernel);  // true for cpu only
+
+// ---------------------------------------------------------------------------------------------
+// Tensors
+// ---------------------------------------------------------------------------------------------
+// A tensor of logical shape (batch, seqlen, heads, dim): a pointer and four strides in elements.
+// The last stride must be 1; the others are free (padded rows, interleaved qkv, transposed heads).
+struct TensorRef {
+  const void* data = nullptr;
+  int64_t stride[4] = {0, 0, 0, 1};
+};
+
+struct MutableTensorRef {
+  void* data = nullptr;
+  int64_t stride[4] = {0, 0, 0, 1};
+};
+
+// Strides of a densely packed (batch, seqlen, heads, dim) tensor.
+inline void set_contiguous_strides(int64_t (&stride)[4], int64_t seqlen, int64_t heads, int64_t dim) {
+  stride[3] = 1;
+  stride[2] = dim;
+  stride[1] = heads * dim;
+  stride[0] = seqlen * heads * dim;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+// ---------------------------------------------------------------------------------------------
+// Shapes:  q (batch, seqlen_q, heads_q,  head_dim)      k (batch, seqlen_k, heads_kv, head_dim)
+//          v (batch, seqlen_k, heads_kv, head_dim_v)    o (batch, seqlen_q, heads_q,  head_dim_v)
+//          lse (batch, heads_q, seqlen_q), fp32, contiguous, natural log; optional.
+// Query head h reads KV head h / (heads_q / heads_kv) (GQA/MQA).
+//
+// Masks are bottom-right aligned, as in FlashAttention: query row i sits on diagonal
+// i + seqlen_k - seqlen_q, and key j is visible when
+//     diag - window_left <= j <= diag + window_right      (a bound of -1 is unbounded)
+// `causal` is window_right = 0. Rows that see no key (causal with seqlen_q > seqlen_k, or
+// seqlen_k == 0) output 0 and LSE = -inf.
+struct ForwardParams {
+  DType dtype = DType::bf16;  // q, k, v and o share it
+
+  int batch = 0;
+  int seqlen_q = 0;  // >= 0 (0: nothing to do)
+  int seqlen_k = 0;  // >= 0 (0: output 0, LSE -inf)
+  int heads_q = 0;
+  int heads_kv = 0;  // heads_q must be a multiple of it
+  int head_dim = 0;
+  int head_dim_v = 0;  // 0: same as head_dim
+
+  TensorRef q, k, v;
+  MutableTensorRef o;
+  float* lse = nullptr;
+
+  float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  bool causal = false;
+  int window_left = -1;   // -1: unbounded
+  int window_right = -1;  // -1: unbounded; must be -1 or 0 with causal
+
+  // Variable length (packed sequences): int32 device arrays of batch + 1 prefix sums. When set,
+  // the batch stride of q/k/v/o is ignored and row stride walks the packed token dimension.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+
+  void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
+};
+
+// Checks every rule for `params` run on `kernel`; ok when forward() would run.
+Status can_implement(const ForwardParams& params, Kernel kernel = Kernel::automatic);
+
+// The family `automatic` resolves to for these params (cpu for host memory; the fastest built
+// GPU family for device memory). Returns `automatic` itself only when nothing can run.
+Kernel select_kernel(const ForwardParams& params);
+
+// Validates, then runs. GPU kernels are asynchronous on `stream`; the cpu kernel returns when done.
+Status forward(const ForwardParams& params, Kernel kernel = Kernel::automatic);
+
+// Dense row-major (batch, seqlen, heads, dim) strides filled in for q, k, v and o.
+void set_contiguous_layout(ForwardParams& params);
+
+}  // namespace flashattn

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian/Ubuntu machine lacks to build flashattn: CMake, Ninja, a C++20
+# compiler, GoogleTest (Debian packages) and the CuTe/CUTLASS 4.2 headers (PyPI, into .deps/,
+# never committed). The CUDA toolkit (nvcc 13) must already be installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v g++ >/dev/null || need+=(g++)
+[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install_deps: installing ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}"
+fi
+
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+command -v nvcc >/dev/null || { echo "install_deps: nvcc (CUDA toolkit 13) not found" >&2; exit 1; }
+
+if [ ! -f .deps/cutlass/cutlass_library/source/include/cute/tensor.hpp ]; then
+  echo "install_deps: fetching CuTe/CUTLASS 4.2 headers into .deps/cutlass"
+  python3 -m pip install -q --no-deps --target .deps/cutlass nvidia-cutlass==4.2.0.0
+fi

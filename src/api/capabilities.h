@@ -1,0 +1,34 @@
+// What each kernel family can do: the table can_implement() checks a request against, and the
+// order select_kernel() prefers built families in. A family not built yet has built = false.
+#pragma once
+
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+
+struct KernelCaps {
+  bool built = false;
+  bool host = false;         // runs on the CPU over host memory
+  int min_cc = 0;            // compute capability, major*10 + minor (GPU families)
+  int max_cc_major = 0;      // 0: any newer major too; else the last major it runs on
+  bool varlen = false;       // cu_seqlens_q / cu_seqlens_k
+  bool hdim_v_differs = false;  // head_dim_v != head_dim (the 192/128 pair)
+};
+
+constexpr KernelCaps kernel_caps(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::cpu:
+      return {.built = true, .host = true, .hdim_v_differs = true};
+    case Kernel::k1:
+    case Kernel::k2:
+      return {.built = true, .min_cc = 80, .hdim_v_differs = true};
+    default:
+      return {};
+  }
+}
+
+// GPU families from fastest to slowest: the first built one the device supports is `auto`.
+inline constexpr Kernel kGpuPreference[] = {Kernel::k6, Kernel::k5, Kernel::k4, Kernel::k3,
+                                            Kernel::fa2, Kernel::k2, Kernel::k1};
+
+}  // namespace flashattn

@@ -1,0 +1,24 @@
+// forward(): validate, resolve `auto`, normalise the parameters into a Problem, and hand it to
+// the chosen family's launcher.
+#include "api/launchers.h"
+#include "api/problem.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+
+Status forward(const ForwardParams& params, Kernel kernel) {
+  if (Status s = can_implement(params, kernel); !s.ok()) return s;
+  if (kernel == Kernel::automatic) kernel = select_kernel(params);
+  const Problem problem = make_problem(params);
+  if (problem.seqlen_q == 0) return Status::success();  // nothing to compute or write
+  switch (kernel) {
+    case Kernel::cpu: return cpu_forward(problem);
+    case Kernel::k1: return k1_forward(problem);
+    case Kernel::k2: return k2_forward(problem);
+    default: break;
+  }
+  return {StatusCode::unsupported, std::string("kernel ") + kernel_name(kernel) +
+                                       ": not built in this version of flashattn"};
+}
+
+}  // namespace flashattn

@@ -1,0 +1,72 @@
+// The validated, normalised form of ForwardParams that every kernel family receives.
+// Built only by make_problem() after can_implement() passed, so launchers may trust it:
+// head_dim_v filled in, causal folded into the window, the softmax scale resolved.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/mask.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+struct Problem {
+  DType dtype = DType::bf16;
+  int batch = 0, seqlen_q = 0, seqlen_k = 0;
+  int heads_q = 0, heads_kv = 0;
+  int head_dim = 0, head_dim_v = 0;
+  int group = 1;  // heads_q / heads_kv: query head h reads KV head h / group
+
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  int64_t q_stride[3] = {};  // batch, row, head (in elements; the last dim is contiguous)
+  int64_t k_stride[3] = {};
+  int64_t v_stride[3] = {};
+  int64_t o_stride[3] = {};
+
+  float scale = 0.f;       // softmax scale
+  float scale_log2 = 0.f;  // scale * log2(e): kernels use exp2
+  Mask mask;               // seqlen_q/seqlen_k filled in; left/right from the window and causal
+
+  void* stream = nullptr;
+};
+
+inline Problem make_problem(const ForwardParams& p) {
+  Problem pr;
+  pr.dtype = p.dtype;
+  pr.batch = p.batch;
+  pr.seqlen_q = p.seqlen_q;
+  pr.seqlen_k = p.seqlen_k;
+  pr.heads_q = p.heads_q;
+  pr.heads_kv = p.heads_kv;
+  pr.head_dim = p.head_dim;
+  pr.head_dim_v = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  pr.group = p.heads_q / p.heads_kv;
+  pr.q = p.q.data;
+  pr.k = p.k.data;
+  pr.v = p.v.data;
+  pr.o = p.o.data;
+  pr.lse = p.lse;
+  for (int i = 0; i < 3; ++i) {
+    pr.q_stride[i] = p.q.stride[i];
+    pr.k_stride[i] = p.k.stride[i];
+    pr.v_stride[i] = p.v.stride[i];
+    pr.o_stride[i] = p.o.stride[i];
+  }
+  pr.scale = p.softmax_scale != 0.f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  pr.scale_log2 = pr.scale * kLog2e;
+  pr.mask.seqlen_q = p.seqlen_q;
+  pr.mask.seqlen_k = p.seqlen_k;
+  pr.mask.left = p.window_left;
+  pr.mask.right = p.causal ? 0 : p.window_right;
+  pr.stream = p.stream;
+  return pr;
+}
+
+}  // namespace flashattn

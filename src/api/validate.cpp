@@ -1,0 +1,287 @@
+// can_implement(): every rule a forward call must satisfy, each failure naming the argument and
+// the rule. Nothing here launches work; a refused call touches no memory.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "api/capabilities.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+namespace {
+
+Status invalid(std::string msg) { return {StatusCode::invalid_argument, std::move(msg)}; }
+Status unsupported(std::string msg) { return {StatusCode::unsupported, std::move(msg)}; }
+
+bool supported_head_dims(int d, int dv) {
+  constexpr std::array<int, 5> kDims = {64, 96, 128, 192, 256};
+  const bool d_ok = std::find(kDims.begin(), kDims.end(), d) != kDims.end();
+  return d_ok && (dv == d || (d == 192 && dv == 128));
+}
+
+// Where a pointer lives, as far as CUDA can tell. With no driver or no device every pointer is
+// host memory.
+struct Location {
+  bool host_ok = true;     // dereferenceable by the CPU
+  bool device_ok = false;  // dereferenceable by a GPU kernel
+  int device = -1;
+};
+
+Location locate(const void* ptr) {
+  Location loc;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
+    return loc;
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+      loc = {false, true, attr.device};
+      break;
+    case cudaMemoryTypeManaged:
+      loc = {true, true, attr.device};
+      break;
+    case cudaMemoryTypeHost:  // pinned host memory: mapped into the device address space
+      loc = {true, attr.devicePointer != nullptr, attr.device};
+      break;
+    default:
+      break;
+  }
+  return loc;
+}
+
+// The bytes a (batch, seqlen, heads, dim) tensor can touch: [begin, end).
+struct Extent {
+  uintptr_t begin = 0, end = 0;
+  bool empty() const { return end <= begin; }
+  bool overlaps(const Extent& o) const {
+    return !empty() && !o.empty() && begin < o.end && o.begin < end;
+  }
+};
+
+Extent extent(const void* data, const int64_t (&stride)[4], const std::array<int64_t, 4>& size,
+              int elem) {
+  int64_t last = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (size[i] <= 0) return {};
+    last += (size[i] - 1) * stride[i];
+  }
+  const auto b = reinterpret_cast<uintptr_t>(data);
+  return {b, b + static_cast<uintptr_t>((last + 1) * elem)};
+}
+
+struct NamedTensor {
+  const char* name;
+  const void* data;
+  const int64_t (&stride)[4];
+  std::array<int64_t, 4> size;
+};
+
+Status check_tensor(const NamedTensor& t, int elem) {
+  const std::string n = t.name;
+  if (t.data == nullptr) return invalid(n + ".data: must not be null");
+  if (t.stride[3] != 1) {
+    return invalid(n + ".stride[3]: the last (head_dim) dimension must be contiguous (stride 1), got " +
+                   std::to_string(t.stride[3]));
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (t.stride[i] < 0) {
+      return invalid(n + ".stride[" + std::to_string(i) + "]: must be >= 0, got " +
+                     std::to_string(t.stride[i]));
+    }
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+    return invalid(n + ".data: must be 16-byte aligned (kernels load 16-byte vectors)");
+  }
+  const int64_t vec = 16 / elem;  // elements per 16-byte vector
+  for (int i = 0; i < 3; ++i) {
+    if (t.stride[i] % vec != 0) {
+      return invalid(n + ".stride[" + std::to_string(i) + "]: must be a multiple of " +
+                     std::to_string(vec) + " elements (16 bytes), got " +
+                     std::to_string(t.stride[i]));
+    }
+  }
+  return Status::success();
+}
+
+Status check_shapes(const ForwardParams& p) {
+  if (p.dtype != DType::bf16 && p.dtype != DType::fp16) {
+    return invalid("dtype: must be bf16 or fp16");
+  }
+  const std::pair<const char*, int> positive[] = {
+      {"batch", p.batch}, {"heads_q", p.heads_q}, {"heads_kv", p.heads_kv}, {"head_dim", p.head_dim}};
+  for (const auto& [name, value] : positive) {
+    if (value <= 0) {
+      return invalid(std::string(name) + ": must be positive, got " + std::to_string(value));
+    }
+  }
+  const std::pair<const char*, int> non_negative[] = {
+      {"seqlen_q", p.seqlen_q}, {"seqlen_k", p.seqlen_k}, {"head_dim_v", p.head_dim_v}};
+  for (const auto& [name, value] : non_negative) {
+    if (value < 0) {
+      return invalid(std::string(name) + ": must be >= 0, got " + std::to_string(value));
+    }
+  }
+  if (p.heads_q % p.heads_kv != 0) {
+    return invalid("heads_q: must be a multiple of heads_kv (" + std::to_string(p.heads_q) +
+                   " is not a multiple of " + std::to_string(p.heads_kv) + ")");
+  }
+  const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  if (!supported_head_dims(p.head_dim, dv)) {
+    return invalid("head_dim: must be 64, 96, 128, 192 or 256 with head_dim_v equal to it, or "
+                   "head_dim 192 with head_dim_v 128; got head_dim " +
+                   std::to_string(p.head_dim) + ", head_dim_v " + std::to_string(dv));
+  }
+  if (!std::isfinite(p.softmax_scale)) return invalid("softmax_scale: must be finite");
+  if (p.window_left < -1) {
+    return invalid("window_left: must be >= -1 (-1 is unbounded), got " +
+                   std::to_string(p.window_left));
+  }
+  if (p.window_right < -1) {
+    return invalid("window_right: must be >= -1 (-1 is unbounded), got " +
+                   std::to_string(p.window_right));
+  }
+  if (p.causal && p.window_right > 0) {
+    return invalid("window_right: must be -1 or 0 when causal (causal sees no key right of the "
+                   "diagonal), got " + std::to_string(p.window_right));
+  }
+  if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr)) {
+    return invalid("cu_seqlens_q/cu_seqlens_k: give both or neither");
+  }
+  return Status::success();
+}
+
+Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
+  const int elem = dtype_size(p.dtype);
+  const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  const NamedTensor tensors[] = {
+      {"q", p.q.data, p.q.stride, {p.batch, p.seqlen_q, p.heads_q, p.head_dim}},
+      {"k", p.k.data, p.k.stride, {p.batch, p.seqlen_k, p.heads_kv, p.head_dim}},
+      {"v", p.v.data, p.v.stride, {p.batch, p.seqlen_k, p.heads_kv, dv}},
+      {"o", p.o.data, p.o.stride, {p.batch, p.seqlen_q, p.heads_q, dv}},
+  };
+  for (const auto& t : tensors) {
+    if (Status s = check_tensor(t, elem); !s.ok()) return s;
+  }
+  if (reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0) {
+    return invalid("lse: must be 4-byte aligned");
+  }
+
+  // Outputs must not alias inputs or each other: a kernel reads K/V tiles after writing O.
+  const Extent o = extent(p.o.data, p.o.stride, tensors[3].size, elem);
+  const int64_t lse_stride[4] = {static_cast<int64_t>(p.heads_q) * p.seqlen_q, p.seqlen_q, 1, 1};
+  const Extent lse = p.lse ? extent(p.lse, lse_stride, {p.batch, p.heads_q, p.seqlen_q, 1}, 4)
+                           : Extent{};
+  for (int i = 0; i < 3; ++i) {
+    const Extent in = extent(tensors[i].data, tensors[i].stride, tensors[i].size, elem);
+    if (o.overlaps(in)) {
+      return invalid(std::string("o: overlaps input ") + tensors[i].name +
+                     "; the output must not alias q, k or v");
+    }
+    if (lse.overlaps(in)) {
+      return invalid(std::string("lse: overlaps input ") + tensors[i].name);
+    }
+  }
+  if (lse.overlaps(o)) return invalid("lse: overlaps the output o");
+
+  // Host or device memory, as the kernel needs.
+  int current = -1;
+  int count = 0;
+  const bool have_device = !caps.host && cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
+                           cudaGetDevice(&current) == cudaSuccess;
+  if (!caps.host && !have_device) {
+    (void)cudaGetLastError();
+    return unsupported(std::string("kernel ") + kernel_name(kernel) +
+                       ": needs a CUDA device and none is available");
+  }
+  struct Ptr {
+    const char* name;
+    const void* data;
+  };
+  const Ptr ptrs[] = {{"q", p.q.data}, {"k", p.k.data}, {"v", p.v.data}, {"o", p.o.data},
+                      {"lse", p.lse}};
+  for (const auto& [name, data] : ptrs) {
+    if (data == nullptr) continue;
+    const Location loc = locate(data);
+    if (caps.host && !loc.host_ok) {
+      return invalid(std::string(name) + ".data: kernel cpu needs host memory, got device memory");
+    }
+    if (!caps.host && !loc.device_ok) {
+      return invalid(std::string(name) + ".data: kernel " + kernel_name(kernel) +
+                     " needs device memory, got host memory");
+    }
+    if (!caps.host && loc.device >= 0 && loc.device != current) {
+      return invalid(std::string(name) + ".data: lives on device " + std::to_string(loc.device) +
+                     " but the current device is " + std::to_string(current));
+    }
+  }
+  if (!caps.host) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, current) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {StatusCode::cuda_error, "cudaGetDeviceProperties failed for the current device"};
+    }
+    const int cc = prop.major * 10 + prop.minor;
+    if (cc < caps.min_cc || (caps.max_cc_major != 0 && prop.major > caps.max_cc_major)) {
+      return unsupported(std::string("kernel ") + kernel_name(kernel) + ": needs compute capability " +
+                         std::to_string(caps.min_cc / 10) + "." + std::to_string(caps.min_cc % 10) +
+                         (caps.max_cc_major ? " up to " + std::to_string(caps.max_cc_major) + ".x" : "+") +
+                         ", device " + std::to_string(current) + " (" + prop.name + ") is " +
+                         std::to_string(prop.major) + "." + std::to_string(prop.minor));
+    }
+  }
+  return Status::success();
+}
+
+Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
+  const std::string k = kernel_name(kernel);
+  if (p.cu_seqlens_q != nullptr && !caps.varlen) {
+    return unsupported("cu_seqlens_q: kernel " + k + " does not support variable length");
+  }
+  const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  if (dv != p.head_dim && !caps.hdim_v_differs) {
+    return unsupported("head_dim_v: kernel " + k + " needs head_dim_v == head_dim");
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Kernel select_kernel(const ForwardParams& p) {
+  // Host memory runs on the CPU backend; device memory on the fastest GPU family that accepts it.
+  if (p.q.data != nullptr && locate(p.q.data).host_ok && !locate(p.q.data).device_ok) {
+    return Kernel::cpu;
+  }
+  for (Kernel k : kGpuPreference) {
+    if (kernel_caps(k).built && can_implement(p, k).ok()) return k;
+  }
+  return Kernel::automatic;
+}
+
+Status can_implement(const ForwardParams& p, Kernel kernel) {
+  if (Status s = check_shapes(p); !s.ok()) return s;
+  if (kernel == Kernel::automatic) {
+    const Kernel chosen = select_kernel(p);
+    if (chosen == Kernel::automatic) {
+      // Report why the most capable candidate refused.
+      for (Kernel k : kGpuPreference) {
+        if (kernel_caps(k).built) return can_implement(p, k);
+      }
+      return unsupported("kernel auto: no kernel family is built");
+    }
+    kernel = chosen;
+  }
+  const KernelCaps caps = kernel_caps(kernel);
+  if (!caps.built) {
+    return unsupported(std::string("kernel ") + kernel_name(kernel) +
+                       ": not built in this version of flashattn");
+  }
+  if (Status s = check_features(p, kernel, caps); !s.ok()) return s;
+  return check_memory(p, kernel, caps);
+}
+
+}  // namespace flashattn

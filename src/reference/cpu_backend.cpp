@@ -1,0 +1,234 @@
+// Kernel::cpu: FlashAttention's forward algorithm on the host. Each work item is one
+// (batch, query head, tile of kTileQ query rows); it walks the key blocks its mask can see,
+// keeping a running max m and sum l per row in fp32:
+//     S = Q·Kᵀ (Q pre-scaled by scale·log2 e),  m' = max(m, rowmax S),  P = 2^(S - m'),
+//     l = l·2^(m - m') + rowsum P,  O = O·2^(m - m') + P·V
+// and at the end writes O / l in the output type and LSE = (m + log2 l)·ln 2. Unlike a GPU
+// kernel, P stays in fp32 (there are no 16-bit tensor-core operands to feed), so this backend is
+// a little more accurate than the emulated kernel the oracle compares against.
+//
+// Tiles are copied to contiguous fp32 scratch (K transposed) so that both products are the same
+// small register-blocked GEMM, which the compiler vectorises without -ffast-math.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "api/launchers.h"
+#include "common/host_dtype.h"
+#include "reference/host_parallel.h"
+
+namespace flashattn {
+namespace {
+
+constexpr int kTileQ = 64;  // query rows per work item
+constexpr int kTileK = 64;  // keys per block
+// Register block of the GEMM: 4 rows x 8 columns of C stay in registers across the k loop (eight
+// SSE registers, four AVX ones), with one row of B loaded per k.
+constexpr int kBlockM = 4;
+constexpr int kBlockN = 8;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+constexpr int round_up(int x, int m) {
+  return (x + m - 1) / m * m;
+}
+
+// 2^x for x <= 0 without a libm call, so that the loops over a block's P vectorise: x = n + f
+// with n = round(x) and |f| <= 1/2, 2^f by its Taylor polynomial of degree 7 (truncation error
+// 5e-9 relative, below fp32's ulp), 2^n put in the exponent bits. Inputs at or below -126.5,
+// -inf included (masked logits, a first running max), return exactly 0.
+inline float exp2_nonpositive(float x) {
+  x = x < -127.f ? -127.f : x;
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (x + kRound) - kRound;
+  const float f = x - n;
+  float p = 1.525273380405984e-05f;  // ln(2)^k / k!, k = 7 down to 0
+  p = p * f + 1.5403530393381608e-04f;
+  p = p * f + 1.3333558146428443e-03f;
+  p = p * f + 9.6181291076284772e-03f;
+  p = p * f + 5.5504108664821580e-02f;
+  p = p * f + 2.4022650695910071e-01f;
+  p = p * f + 6.9314718055994531e-01f;
+  p = p * f + 1.0f;
+  const int32_t biased = static_cast<int32_t>(n) + 127;  // 0 (the result 0) .. 127
+  return p * std::bit_cast<float>(biased << 23);
+}
+
+// C[M x N] += A[M x K] · B[K x N], all row-major fp32; M a multiple of kBlockM, N of kBlockN.
+// Each C element is summed over k in order, so results do not depend on threads or blocking.
+void gemm_accumulate(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* c,
+                     ptrdiff_t ldc, ptrdiff_t m, ptrdiff_t n, ptrdiff_t k) {
+  for (ptrdiff_t i0 = 0; i0 < m; i0 += kBlockM) {
+    for (ptrdiff_t j0 = 0; j0 < n; j0 += kBlockN) {
+      float acc[kBlockM][kBlockN];
+      for (int i = 0; i < kBlockM; ++i)
+        for (int j = 0; j < kBlockN; ++j) acc[i][j] = c[(i0 + i) * ldc + j0 + j];
+      for (ptrdiff_t kk = 0; kk < k; ++kk) {
+        const float* brow = b + kk * ldb + j0;
+        for (int i = 0; i < kBlockM; ++i) {
+          const float av = a[(i0 + i) * lda + kk];
+          for (int j = 0; j < kBlockN; ++j) acc[i][j] += av * brow[j];
+        }
+      }
+      for (int i = 0; i < kBlockM; ++i)
+        for (int j = 0; j < kBlockN; ++j) c[(i0 + i) * ldc + j0 + j] = acc[i][j];
+    }
+  }
+}
+
+// Converts `rows` rows of `dim` 16-bit values (row r at src + r * row_stride) to fp32 times
+// `scale`, into dst with leading dimension ld. Columns [dim, ld) are left as they are.
+void load_rows(const void* src, int64_t row_stride, int rows, int dim, DType dtype, float scale,
+               float* dst, ptrdiff_t ld) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  for (int r = 0; r < rows; ++r) {
+    const uint16_t* in = s + r * row_stride;
+    float* out = dst + r * ld;
+    if (dtype == DType::bf16) {
+      for (int i = 0; i < dim; ++i) out[i] = bf16_to_float(in[i]) * scale;
+    } else {
+      for (int i = 0; i < dim; ++i) out[i] = fp16_to_float(in[i]) * scale;
+    }
+  }
+}
+
+// Per-worker scratch, sized once for the problem. Padding rows and columns stay zero so the
+// GEMM's fixed blocking reads finite values.
+struct Scratch {
+  int d = 0;
+  ptrdiff_t dv_pad = 0;
+  std::vector<float> q;     // kTileQ x d, pre-scaled by scale·log2(e)
+  std::vector<float> k;     // kTileK x d, one key block as stored
+  std::vector<float> kt;    // d x kTileK, the block transposed (S's B operand)
+  std::vector<float> v;     // kTileK x dv_pad
+  std::vector<float> s;     // kTileQ x kTileK: logits, then P in place
+  std::vector<float> o;     // kTileQ x dv_pad accumulator
+  std::vector<float> m, l;  // running max (log2 domain) and sum per row
+
+  void size_for(const Problem& pr) {
+    if (!q.empty()) return;
+    d = pr.head_dim;
+    dv_pad = round_up(pr.head_dim_v, kBlockN);
+    q.assign(size_t{kTileQ} * d, 0.f);
+    k.assign(size_t{kTileK} * d, 0.f);
+    kt.assign(size_t{kTileK} * d, 0.f);
+    v.assign(size_t{kTileK} * dv_pad, 0.f);
+    s.assign(size_t{kTileQ} * kTileK, 0.f);
+    o.assign(size_t{kTileQ} * dv_pad, 0.f);
+    m.assign(kTileQ, kNegInf);
+    l.assign(kTileQ, 0.f);
+  }
+};
+
+// The online-softmax update for one row of the block: returns after rescaling the row's running
+// state and turning its logits into P (0 where masked).
+void softmax_row(float* s_row, float* o_row, ptrdiff_t dv_pad, float& m, float& l) {
+  float block_max = kNegInf;
+  for (int c = 0; c < kTileK; ++c) block_max = std::max(block_max, s_row[c]);
+  const float m_new = std::max(m, block_max);
+  if (m_new == kNegInf) {  // nothing visible yet: P = 0, state unchanged
+    std::fill(s_row, s_row + kTileK, 0.f);
+    return;
+  }
+  for (int c = 0; c < kTileK; ++c) s_row[c] = exp2_nonpositive(s_row[c] - m_new);
+  float sum = 0.f;  // a separate loop: the exp2 loop vectorises only without the fp32 reduction
+  for (int c = 0; c < kTileK; ++c) sum += s_row[c];
+  const float alpha = exp2_nonpositive(m - m_new);  // 0 for the first visible block
+  if (alpha != 1.f)
+    for (ptrdiff_t c = 0; c < dv_pad; ++c) o_row[c] *= alpha;
+  l = l * alpha + sum;
+  m = m_new;
+}
+
+void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
+  const int d = pr.head_dim, dv = pr.head_dim_v;
+  const ptrdiff_t dv_pad = ws.dv_pad;
+  const int q0 = tile * kTileQ;
+  const int nq = std::min(kTileQ, pr.seqlen_q - q0);
+  const ptrdiff_t nq_rows = nq;
+  const ptrdiff_t mq = round_up(nq, kBlockM);  // rows the GEMMs compute; extra rows are zero Q
+  const int kv_head = head / pr.group;
+  const auto* qbase = static_cast<const uint16_t*>(pr.q);
+  const auto* kbase = static_cast<const uint16_t*>(pr.k);
+  const auto* vbase = static_cast<const uint16_t*>(pr.v);
+
+  std::fill(ws.q.begin(), ws.q.end(), 0.f);
+  load_rows(qbase + batch * pr.q_stride[0] + q0 * pr.q_stride[1] + head * pr.q_stride[2],
+            pr.q_stride[1], nq, d, pr.dtype, pr.scale_log2, ws.q.data(), d);
+  std::fill(ws.o.begin(), ws.o.end(), 0.f);
+  std::fill(ws.m.begin(), ws.m.end(), kNegInf);
+  std::fill(ws.l.begin(), ws.l.end(), 0.f);
+
+  int key_begin = 0, key_end = 0;
+  pr.mask.key_range(q0, q0 + nq, key_begin, key_end);
+  for (int j0 = key_begin; j0 < key_end; j0 += kTileK) {
+    const int nk = std::min(kTileK, key_end - j0);
+    const int64_t k_off = batch * pr.k_stride[0] + j0 * pr.k_stride[1] + kv_head * pr.k_stride[2];
+    const int64_t v_off = batch * pr.v_stride[0] + j0 * pr.v_stride[1] + kv_head * pr.v_stride[2];
+
+    // K block, transposed so S = Q·Kᵀ is a row-major GEMM; keys past nk are zero.
+    if (nk < kTileK) std::fill(ws.k.begin(), ws.k.end(), 0.f);
+    load_rows(kbase + k_off, pr.k_stride[1], nk, d, pr.dtype, 1.f, ws.k.data(), d);
+    for (ptrdiff_t c = 0; c < kTileK; ++c)
+      for (ptrdiff_t i = 0; i < d; ++i) ws.kt[i * kTileK + c] = ws.k[c * d + i];
+    load_rows(vbase + v_off, pr.v_stride[1], nk, dv, pr.dtype, 1.f, ws.v.data(), dv_pad);
+
+    // S = Q·Kᵀ, then -inf wherever the key is past the block or the mask hides it.
+    std::fill(ws.s.begin(), ws.s.begin() + mq * kTileK, 0.f);
+    gemm_accumulate(ws.q.data(), d, ws.kt.data(), kTileK, ws.s.data(), kTileK, mq, kTileK, d);
+    const bool all_visible = pr.mask.tile_all_visible(q0, q0 + nq, j0, j0 + nk);
+    for (int r = 0; r < nq; ++r) {
+      float* s_row = ws.s.data() + ptrdiff_t{r} * kTileK;
+      std::fill(s_row + nk, s_row + kTileK, kNegInf);
+      if (!all_visible)
+        for (int c = 0; c < nk; ++c)
+          if (!pr.mask.visible(q0 + r, j0 + c)) s_row[c] = kNegInf;
+      softmax_row(s_row, ws.o.data() + r * dv_pad, dv_pad, ws.m[r], ws.l[r]);
+    }
+    // GEMM padding rows (nq..mq) get P = 0, so their accumulator rows stay 0.
+    std::fill(ws.s.begin() + nq_rows * kTileK, ws.s.begin() + mq * kTileK, 0.f);
+
+    // O += P·V (the rescale by 2^(m - m') happened in softmax_row).
+    gemm_accumulate(ws.s.data(), kTileK, ws.v.data(), dv_pad, ws.o.data(), dv_pad, mq, dv_pad, nk);
+  }
+
+  // Epilogue: O / l in the output type; a row that saw no key writes 0 and LSE -inf.
+  auto* obase = static_cast<uint16_t*>(pr.o);
+  for (int r = 0; r < nq; ++r) {
+    const int row = q0 + r;
+    const float l = ws.l[r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float* o_row = ws.o.data() + r * dv_pad;
+    const int64_t o_off = batch * pr.o_stride[0] + row * pr.o_stride[1] + head * pr.o_stride[2];
+    for (int c = 0; c < dv; ++c) store_from_float(obase, o_off + c, o_row[c] * inv, pr.dtype);
+    if (pr.lse != nullptr) {
+      pr.lse[(int64_t{batch} * pr.heads_q + head) * pr.seqlen_q + row] =
+          l > 0.f ? ws.m[r] * kLn2 + std::log(l) : kNegInf;
+    }
+  }
+}
+
+}  // namespace
+
+Status cpu_forward(const Problem& pr) {
+  const int tiles = (pr.seqlen_q + kTileQ - 1) / kTileQ;
+  const int64_t items = int64_t{pr.batch} * pr.heads_q * tiles;
+  std::vector<Scratch> scratch(static_cast<size_t>(host::worker_count(items)));
+  host::parallel_for(items, [&](int worker, int64_t i) {
+    // Last tiles first: under a causal mask they see the most keys, and starting the longest
+    // items early evens out the workers' finishing times.
+    const int tile = tiles - 1 - static_cast<int>(i % tiles);
+    const int head = static_cast<int>(i / tiles % pr.heads_q);
+    const int batch = static_cast<int>(i / tiles / pr.heads_q);
+    Scratch& ws = scratch[static_cast<size_t>(worker)];
+    ws.size_for(pr);
+    run_tile(pr, batch, head, tile, ws);
+  });
+  return Status::success();
+}
+
+}  // namespace flashattn

@@ -1,0 +1,147 @@
+// Attention on the host, one query row at a time: exactly (fp64) or the way a same-precision
+// kernel computes it (emulate). The mask comes from make_problem, the same definition the kernels
+// use; visibility is asked per (row, key) so the reference does not trust the range helpers that
+// the tiled code relies on.
+#include "flashattn/reference.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/host_dtype.h"
+#include "reference/host_parallel.h"
+
+namespace flashattn::reference {
+namespace {
+
+// Where one (batch, query head, row) reads from.
+struct RowView {
+  const void* q;  // the query row
+  const void* k;  // key 0 of the KV head this query head reads
+  const void* v;
+  int64_t k_row_stride, v_row_stride;
+};
+
+RowView row_view(const ForwardParams& p, int batch, int head, int row) {
+  const int group = p.heads_q / p.heads_kv;
+  const int kv_head = head / group;
+  const auto* q =
+      static_cast<const uint16_t*>(p.q.data) + host::offset(p.q.stride, batch, row, head);
+  const auto* k =
+      static_cast<const uint16_t*>(p.k.data) + host::offset(p.k.stride, batch, 0, kv_head);
+  const auto* v =
+      static_cast<const uint16_t*>(p.v.data) + host::offset(p.v.stride, batch, 0, kv_head);
+  return {q, k, v, p.k.stride[1], p.v.stride[1]};
+}
+
+void masked_row(int dv, double* out, double* lse) {
+  if (out != nullptr) std::fill(out, out + dv, 0.0);
+  if (lse != nullptr) *lse = -std::numeric_limits<double>::infinity();
+}
+
+// Exact softmax(q·Kᵀ·scale)·V in double, max-subtracted so large logits do not overflow.
+void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int row, double* out,
+              double* lse) {
+  const int d = p.head_dim, dv = host::head_dim_v_of(p);
+  const double scale =
+      p.softmax_scale != 0.f ? double{p.softmax_scale} : 1.0 / std::sqrt(static_cast<double>(d));
+  const RowView rv = row_view(p, batch, head, row);
+
+  std::vector<double> q(static_cast<size_t>(d));
+  for (int i = 0; i < d; ++i) q[i] = load_as_float(rv.q, i, p.dtype);
+
+  std::vector<double> logit(static_cast<size_t>(p.seqlen_k));
+  double m = -std::numeric_limits<double>::infinity();
+  for (int j = 0; j < p.seqlen_k; ++j) {
+    if (!mask.visible(row, j)) continue;
+    double dot = 0;
+    for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
+    logit[j] = dot * scale;
+    m = std::max(m, logit[j]);
+  }
+  if (m == -std::numeric_limits<double>::infinity()) return masked_row(dv, out, lse);
+
+  std::vector<double> acc(static_cast<size_t>(dv), 0.0);
+  double sum = 0;
+  for (int j = 0; j < p.seqlen_k; ++j) {
+    if (!mask.visible(row, j)) continue;
+    const double w = std::exp(logit[j] - m);
+    sum += w;
+    for (int c = 0; c < dv; ++c)
+      acc[c] += w * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
+  }
+  if (out != nullptr)
+    for (int c = 0; c < dv; ++c) out[c] = acc[c] / sum;
+  if (lse != nullptr) *lse = m + std::log(sum);
+}
+
+// What a kernel of the input precision computes: fp32 logits, max and sum; exp2 with
+// scale·log2(e); the unnormalised P rounded to the input type before P·V (tensor cores take P in
+// that type); fp32 accumulation; the output divided by the fp32 sum and rounded at the end.
+// Single pass with the final max, where a kernel rescales a running max: the rounding points are
+// the same, which is what the oracle's 2·|pt - ref| budget is about.
+void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, int row,
+                 double* out, double* lse) {
+  const int d = p.head_dim, dv = host::head_dim_v_of(p);
+  const Problem pr = make_problem(p);
+  const RowView rv = row_view(p, batch, head, row);
+
+  std::vector<float> q(static_cast<size_t>(d));
+  for (int i = 0; i < d; ++i) q[i] = load_as_float(rv.q, i, p.dtype);
+
+  std::vector<float> logit(static_cast<size_t>(p.seqlen_k));
+  float m = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < p.seqlen_k; ++j) {
+    if (!mask.visible(row, j)) continue;
+    float dot = 0;
+    for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
+    logit[j] = dot;
+    m = std::max(m, dot);
+  }
+  if (m == -std::numeric_limits<float>::infinity()) return masked_row(dv, out, lse);
+
+  const float m_scaled = m * pr.scale_log2;
+  std::vector<float> acc(static_cast<size_t>(dv), 0.f);
+  float sum = 0;
+  for (int j = 0; j < p.seqlen_k; ++j) {
+    if (!mask.visible(row, j)) continue;
+    const float w = std::exp2(logit[j] * pr.scale_log2 - m_scaled);
+    sum += w;
+    const float w_rounded = round_to(w, p.dtype);
+    for (int c = 0; c < dv; ++c)
+      acc[c] += w_rounded * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
+  }
+  if (out != nullptr)
+    for (int c = 0; c < dv; ++c) out[c] = round_to(acc[c] / sum, p.dtype);
+  if (lse != nullptr) *lse = m * pr.scale + std::log(sum);
+}
+
+}  // namespace
+
+void forward_row(const ForwardParams& params, Precision precision, int batch, int head, int row,
+                 double* out, double* lse) {
+  const Mask mask = host::mask_of(params);
+  if (precision == Precision::fp64) {
+    row_fp64(params, mask, batch, head, row, out, lse);
+  } else {
+    row_emulate(params, mask, batch, head, row, out, lse);
+  }
+}
+
+void forward(const ForwardParams& params, Precision precision, double* out, double* lse) {
+  const int dv = host::head_dim_v_of(params);
+  const int64_t rows = int64_t{params.batch} * params.heads_q * params.seqlen_q;
+  host::parallel_for(rows, [&](int, int64_t i) {
+    // Row-major over (batch, row, head), the order of the dense output.
+    const int head = static_cast<int>(i % params.heads_q);
+    const int row = static_cast<int>(i / params.heads_q % params.seqlen_q);
+    const int batch = static_cast<int>(i / params.heads_q / params.seqlen_q);
+    double* o = out != nullptr ? out + i * dv : nullptr;
+    double* l = lse != nullptr
+                    ? lse + (int64_t{batch} * params.heads_q + head) * params.seqlen_q + row
+                    : nullptr;
+    forward_row(params, precision, batch, head, row, o, l);
+  });
+}
+
+}  // namespace flashattn::reference

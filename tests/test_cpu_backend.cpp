@@ -1,0 +1,315 @@
+// Kernel::cpu against the oracle (reference::check) over the odd-shape grid of TESTING.md, plus
+// the cases that stress one part of the tiled algorithm each: masks that skip or split key
+// blocks, GQA, strides, empty sequences, logits large enough that the running max must rescale.
+// Outputs are NaN-poisoned before every run, so an element left unwritten fails the check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attention_case.h"
+#include "common/host_dtype.h"
+#include "flashattn/flashattn.h"
+#include "flashattn/reference.h"
+
+namespace {
+
+namespace fa = flashattn;
+namespace ref = flashattn::reference;
+using fa_test::Case;
+using fa_test::Layout;
+using fa_test::Shape;
+
+void run_cpu(Case& c) {
+  c.poison();
+  const fa::Status st = fa::forward(c.params, fa::Kernel::cpu);
+  ASSERT_TRUE(st.ok()) << fa::status_code_name(st.code) << ": " << st.message;
+}
+
+// Runs the CPU backend and checks it (all rows, or `rows`), and that o's padding is untouched.
+void expect_passes(Case& c, const std::vector<ref::RowId>& rows = {}) {
+  ASSERT_NO_FATAL_FAILURE(run_cpu(c));
+  const ref::CheckResult r = ref::check(c.params, rows);
+  EXPECT_TRUE(r.ok) << r.detail << "\n  max_err " << r.max_err << ", max_err_pt " << r.max_err_pt
+                    << ", atol " << r.atol << ", lse_max_err " << r.lse_max_err
+                    << ", lse_max_err_pt " << r.lse_max_err_pt << ", lse_atol " << r.lse_atol;
+  EXPECT_EQ(r.not_finite, 0);
+  EXPECT_GT(r.checked, 0);
+  EXPECT_TRUE(c.padding_untouched()) << "the kernel wrote outside the output tensor";
+}
+
+// ---- the grid: every (sq, sk) x dtype x head dim, causal on and off ------------------------
+
+struct GridParam {
+  int sq, sk;
+  fa::DType dtype;
+  int d, dv;
+  bool causal;
+};
+
+std::string name_of(const GridParam& g) {
+  std::string dims = std::to_string(g.d);
+  if (g.dv != g.d) dims += 'x' + std::to_string(g.dv);
+  return std::string(fa::dtype_name(g.dtype)) + "_d" + dims + "_sq" + std::to_string(g.sq) + "_sk" +
+         std::to_string(g.sk) + (g.causal ? "_causal" : "");
+}
+void PrintTo(const GridParam& g, std::ostream* os) {
+  *os << name_of(g);
+}
+std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
+  return name_of(info.param);
+}
+
+std::vector<GridParam> grid() {
+  const std::pair<int, int> seqlens[] = {{1, 1},   {1, 239}, {113, 203},
+                                         {239, 1}, {799, 3}, {64, 64}};
+  const std::pair<int, int> dims[] = {{64, 64},   {96, 96},   {128, 128},
+                                      {192, 192}, {256, 256}, {192, 128}};
+  std::vector<GridParam> out;
+  for (auto [sq, sk] : seqlens)
+    for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16})
+      for (auto [d, dv] : dims)
+        for (bool causal : {false, true}) out.push_back({sq, sk, dtype, d, dv, causal});
+  return out;
+}
+
+class CpuGrid : public ::testing::TestWithParam<GridParam> {};
+
+// Guards: the tiled loop at tile edges (1 row, 1 key, partial 64-blocks, seqlen_q > seqlen_k with
+// fully masked rows) for every head dim, both dtypes; GQA 2 and batch 2 throughout.
+TEST_P(CpuGrid, MatchesReference) {
+  const GridParam& g = GetParam();
+  Shape s;
+  s.dtype = g.dtype;
+  s.batch = 2;
+  s.seqlen_q = g.sq;
+  s.seqlen_k = g.sk;
+  s.heads_q = 2;
+  s.heads_kv = 1;
+  s.head_dim = g.d;
+  s.head_dim_v = g.dv;
+  s.causal = g.causal;
+  Case c(s, fa_test::test_seed());
+  expect_passes(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuGrid, ::testing::ValuesIn(grid()), grid_name);
+
+// ---- masks ---------------------------------------------------------------------------------
+
+struct WindowParam {
+  int sq, sk, left, right;
+  bool causal;
+};
+
+std::string name_of(const WindowParam& w) {
+  auto bound = [](int b) { return b < 0 ? std::string("inf") : std::to_string(b); };
+  return "sq" + std::to_string(w.sq) + "_sk" + std::to_string(w.sk) + "_left" + bound(w.left) +
+         "_right" + (w.causal ? std::string("causal") : bound(w.right));
+}
+void PrintTo(const WindowParam& w, std::ostream* os) {
+  *os << name_of(w);
+}
+std::string window_name(const ::testing::TestParamInfo<WindowParam>& info) {
+  return name_of(info.param);
+}
+
+class CpuWindow : public ::testing::TestWithParam<WindowParam> {};
+
+// Guards: key-block skipping through Mask::key_range and per-element masking of partial blocks:
+// asymmetric windows narrower and wider than a block, on square and skewed shapes.
+TEST_P(CpuWindow, MatchesReference) {
+  const WindowParam& w = GetParam();
+  for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+    SCOPED_TRACE(fa::dtype_name(dtype));
+    Shape s;
+    s.dtype = dtype;
+    s.seqlen_q = w.sq;
+    s.seqlen_k = w.sk;
+    s.heads_q = 2;
+    s.heads_kv = 2;
+    s.head_dim = 64;
+    s.window_left = w.left;
+    s.window_right = w.right;
+    s.causal = w.causal;
+    Case c(s, fa_test::test_seed(dtype == fa::DType::bf16 ? 0 : 1));
+    expect_passes(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Windows, CpuWindow,
+    ::testing::Values(WindowParam{113, 203, 37, 5, false}, WindowParam{203, 113, 37, 5, false},
+                      WindowParam{300, 300, 5, 37, false}, WindowParam{300, 300, 100, 0, true},
+                      WindowParam{239, 1, 37, 5, false}, WindowParam{64, 64, 0, 0, false},
+                      WindowParam{130, 500, -1, 70, false}, WindowParam{500, 130, 70, -1, false},
+                      WindowParam{799, 3, 2, 0, false}, WindowParam{1, 239, 100, -1, true}),
+    window_name);
+
+// ---- GQA, layouts, edge cases --------------------------------------------------------------
+
+// Guards: query head h reads KV head h / group for group 1, 2, 6 and MQA.
+TEST(Cpu, GqaRatios) {
+  for (int heads_kv : {12, 6, 2, 1}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("heads_kv " + std::to_string(heads_kv) + (causal ? " causal" : ""));
+      Shape s;
+      s.seqlen_q = 113;
+      s.seqlen_k = 203;
+      s.heads_q = 12;
+      s.heads_kv = heads_kv;
+      s.head_dim = 64;
+      s.causal = causal;
+      Case c(s, fa_test::test_seed(uint64_t(heads_kv) * 2 + causal));
+      expect_passes(c);
+    }
+  }
+}
+
+// Guards: every tensor is addressed through its own strides: padded rows and heads, head-major
+// storage, different layouts for q, k/v and o; nothing is written into o's padding.
+TEST(Cpu, NonContiguousStrides) {
+  const Layout layouts[][3] = {
+      {Layout::padded, Layout::padded, Layout::padded},
+      {Layout::heads_major, Layout::padded, Layout::heads_major},
+      {Layout::dense, Layout::heads_major, Layout::padded},
+  };
+  int n = 0;
+  for (const auto& l : layouts) {
+    SCOPED_TRACE("layout set " + std::to_string(n));
+    Shape s;
+    s.batch = 2;
+    s.seqlen_q = 113;
+    s.seqlen_k = 203;
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.head_dim = 192;
+    s.head_dim_v = 128;
+    s.causal = n == 1;
+    s.q_layout = l[0];
+    s.kv_layout = l[1];
+    s.o_layout = l[2];
+    Case c(s, fa_test::test_seed(uint64_t(n++)));
+    expect_passes(c);
+  }
+}
+
+// Guards: seqlen_k = 0 writes 0 and LSE -inf everywhere (no key block at all), with and without
+// a causal mask; seqlen_q = 0 succeeds and writes nothing.
+TEST(Cpu, EmptySequences) {
+  for (bool causal : {false, true}) {
+    Shape s;
+    s.seqlen_q = 70;
+    s.seqlen_k = 0;
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.head_dim = 64;
+    s.causal = causal;
+    Case c(s, fa_test::test_seed(causal));
+    expect_passes(c);
+    for (size_t i = 0; i < c.o.size(); ++i) ASSERT_EQ(c.o[i] & 0x7fff, 0) << "element " << i;
+    for (float x : c.lse) ASSERT_EQ(x, -std::numeric_limits<float>::infinity());
+  }
+  Shape s;
+  s.seqlen_q = 0;
+  s.seqlen_k = 17;
+  Case c(s, fa_test::test_seed(2));
+  ASSERT_NO_FATAL_FAILURE(run_cpu(c));
+  EXPECT_TRUE(c.padding_untouched());
+}
+
+// Guards: the online-softmax rescale. Q scaled up 10x makes logits of size ~80, so block maxima
+// differ by tens; with ramps the max rises (or falls) across every key block, so a missing or
+// wrong 2^(m - m') factor, or a rescale of l but not O, is far outside the tolerance.
+TEST(Cpu, LargeLogitsRescale) {
+  for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+    SCOPED_TRACE(fa::dtype_name(dtype));
+    Shape s;
+    s.dtype = dtype;
+    s.seqlen_q = 113;
+    s.seqlen_k = 400;
+    s.heads_q = 2;
+    s.heads_kv = 2;
+    s.head_dim = 128;
+    s.q_sigma = 10.f;
+    Case c(s, fa_test::test_seed(dtype == fa::DType::bf16 ? 0 : 1));
+    expect_passes(c);
+
+    for (float dir : {1.f, -1.f}) {
+      SCOPED_TRACE(dir > 0 ? "rising logits" : "falling logits");
+      s.q_sigma = 1.f;
+      Case ramp(s, fa_test::test_seed(dir > 0 ? 2 : 3));
+      const auto& p = ramp.params;
+      // Key j's last component is dir * j / 16 and every query's is 16, adding dir * j / sqrt(128)
+      // to the logits: the max moves by about 5.7 per 64-key block, 35 over the sequence.
+      for (int h = 0; h < 2; ++h) {
+        for (int j = 0; j < s.seqlen_k; ++j)
+          fa::store_from_float(ramp.k.data(), Case::index(p.k.stride, 0, j, h, 127), dir * j / 16.f,
+                               dtype);
+        for (int r = 0; r < s.seqlen_q; ++r)
+          fa::store_from_float(ramp.q.data(), Case::index(p.q.stride, 0, r, h, 127), 16.f, dtype);
+      }
+      expect_passes(ramp);
+    }
+  }
+}
+
+// Guards: on shapes too large to check whole, sampled rows still catch tile-boundary rows; both
+// off-by-one sequence lengths around a block multiple.
+TEST(Cpu, LargeShapesSampled) {
+  const std::pair<int, int> seqlens[] = {{1023, 1024}, {1024, 1023}};
+  int n = 0;
+  for (auto [sq, sk] : seqlens) {
+    Shape s;
+    s.seqlen_q = sq;
+    s.seqlen_k = sk;
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.head_dim = 128;
+    s.causal = n == 1;
+    Case c(s, fa_test::test_seed(uint64_t(n++)));
+    expect_passes(c, ref::sample_rows(c.params, 96, fa_test::test_seed(100)));
+  }
+}
+
+// Guards: a run without an LSE pointer computes the same output and touches no LSE.
+TEST(Cpu, WithoutLse) {
+  Shape s;
+  s.seqlen_q = 113;
+  s.seqlen_k = 203;
+  s.heads_q = 2;
+  s.heads_kv = 1;
+  s.head_dim = 64;
+  s.causal = true;
+  s.with_lse = false;
+  Case c(s, fa_test::test_seed());
+  expect_passes(c);
+  for (float x : c.lse) ASSERT_TRUE(std::isnan(x));
+}
+
+// Guards: no data race or thread-order dependence: repeated runs are bitwise identical.
+TEST(Cpu, Deterministic) {
+  Shape s;
+  s.batch = 2;
+  s.seqlen_q = 300;
+  s.seqlen_k = 257;
+  s.heads_q = 6;
+  s.heads_kv = 2;
+  s.head_dim = 64;
+  s.causal = true;
+  Case c(s, fa_test::test_seed());
+  ASSERT_NO_FATAL_FAILURE(run_cpu(c));
+  const std::vector<uint16_t> o = c.o;
+  const std::vector<float> lse = c.lse;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_NO_FATAL_FAILURE(run_cpu(c));
+    ASSERT_EQ(c.o, o) << "run " << i;
+    ASSERT_EQ(std::memcmp(c.lse.data(), lse.data(), lse.size() * sizeof(float)), 0) << "run " << i;
+  }
+}
+
+}  // namespace

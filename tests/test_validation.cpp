@@ -1,0 +1,296 @@
+// One test per validation rule of can_implement(): each bad input is refused with the right code
+// and a message naming the argument, and forward() refuses it too without writing the output.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "flashattn/flashattn.h"
+#include "flashattn/reference.h"
+
+namespace fa = flashattn;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  (void)cudaGetLastError();
+  return ok;
+}
+
+// Host buffers for a small valid problem, with 16-byte aligned storage.
+struct HostProblem {
+  std::vector<uint16_t> q, k, v, o;
+  std::vector<float> lse;
+  fa::ForwardParams p;
+
+  explicit HostProblem(int sq = 17, int sk = 23, int hq = 4, int hkv = 2, int d = 64) {
+    p.dtype = fa::DType::bf16;
+    p.batch = 2;
+    p.seqlen_q = sq;
+    p.seqlen_k = sk;
+    p.heads_q = hq;
+    p.heads_kv = hkv;
+    p.head_dim = d;
+    // At least one vector per buffer so that empty (seqlen 0) tensors still have a valid pointer.
+    q.resize(std::max<size_t>(size_t(2) * sq * hq * d, 8));
+    k.resize(std::max<size_t>(size_t(2) * sk * hkv * d, 8));
+    v.resize(k.size());
+    o.assign(q.size(), 0xFFFF);  // NaN poison
+    lse.assign(std::max<size_t>(size_t(2) * hq * sq, 4), std::numeric_limits<float>::quiet_NaN());
+    fa::reference::fill_normal(q.data(), q.size(), p.dtype, 1);
+    fa::reference::fill_normal(k.data(), k.size(), p.dtype, 2);
+    fa::reference::fill_normal(v.data(), v.size(), p.dtype, 3);
+    p.q.data = q.data();
+    p.k.data = k.data();
+    p.v.data = v.data();
+    p.o.data = o.data();
+    p.lse = lse.data();
+    fa::set_contiguous_layout(p);
+  }
+  bool output_untouched() const {
+    for (uint16_t x : o)
+      if (x != 0xFFFF) return false;
+    return true;
+  }
+};
+
+struct Rule {
+  const char* name;
+  std::function<void(HostProblem&)> mutate;
+  fa::StatusCode code;
+  const char* says;  // substring the message must contain (the argument's name)
+};
+
+const std::vector<Rule>& rules() {
+  using C = fa::StatusCode;
+  static const std::vector<Rule> r = {
+      {"null_q", [](HostProblem& h) { h.p.q.data = nullptr; }, C::invalid_argument,
+       "q.data: must not be null"},
+      {"null_k", [](HostProblem& h) { h.p.k.data = nullptr; }, C::invalid_argument,
+       "k.data: must not be null"},
+      {"null_v", [](HostProblem& h) { h.p.v.data = nullptr; }, C::invalid_argument,
+       "v.data: must not be null"},
+      {"null_o", [](HostProblem& h) { h.p.o.data = nullptr; }, C::invalid_argument,
+       "o.data: must not be null"},
+      {"bad_dtype", [](HostProblem& h) { h.p.dtype = static_cast<fa::DType>(7); },
+       C::invalid_argument, "dtype"},
+      {"batch_zero", [](HostProblem& h) { h.p.batch = 0; }, C::invalid_argument,
+       "batch: must be positive"},
+      {"heads_q_zero", [](HostProblem& h) { h.p.heads_q = 0; }, C::invalid_argument,
+       "heads_q: must be positive"},
+      {"heads_kv_neg", [](HostProblem& h) { h.p.heads_kv = -2; }, C::invalid_argument,
+       "heads_kv: must be positive"},
+      {"head_dim_zero", [](HostProblem& h) { h.p.head_dim = 0; }, C::invalid_argument,
+       "head_dim: must be positive"},
+      {"seqlen_q_neg", [](HostProblem& h) { h.p.seqlen_q = -1; }, C::invalid_argument,
+       "seqlen_q: must be >= 0"},
+      {"seqlen_k_neg", [](HostProblem& h) { h.p.seqlen_k = -5; }, C::invalid_argument,
+       "seqlen_k: must be >= 0"},
+      {"head_dim_v_neg", [](HostProblem& h) { h.p.head_dim_v = -64; }, C::invalid_argument,
+       "head_dim_v: must be >= 0"},
+      {"gqa_not_multiple", [](HostProblem& h) { h.p.heads_kv = 3; }, C::invalid_argument,
+       "heads_q: must be a multiple of heads_kv"},
+      {"head_dim_80", [](HostProblem& h) { h.p.head_dim = 80; }, C::invalid_argument,
+       "head_dim: must be 64, 96, 128, 192 or 256"},
+      {"head_dim_v_pair", [](HostProblem& h) { h.p.head_dim_v = 128; }, C::invalid_argument,
+       "head_dim_v 128"},
+      {"scale_nan", [](HostProblem& h) { h.p.softmax_scale = std::nanf(""); }, C::invalid_argument,
+       "softmax_scale: must be finite"},
+      {"scale_inf", [](HostProblem& h) { h.p.softmax_scale = INFINITY; }, C::invalid_argument,
+       "softmax_scale: must be finite"},
+      {"window_left", [](HostProblem& h) { h.p.window_left = -2; }, C::invalid_argument,
+       "window_left: must be >= -1"},
+      {"window_right", [](HostProblem& h) { h.p.window_right = -3; }, C::invalid_argument,
+       "window_right: must be >= -1"},
+      {"causal_window_right",
+       [](HostProblem& h) {
+         h.p.causal = true;
+         h.p.window_right = 4;
+       },
+       C::invalid_argument, "window_right: must be -1 or 0 when causal"},
+      {"cu_seqlens_half",
+       [](HostProblem& h) {
+         static int32_t cu[3] = {0, 17, 34};
+         h.p.cu_seqlens_q = cu;
+       },
+       C::invalid_argument, "cu_seqlens_q/cu_seqlens_k: give both or neither"},
+      {"varlen_unsupported",
+       [](HostProblem& h) {
+         static int32_t cu[3] = {0, 17, 34};
+         h.p.cu_seqlens_q = cu;
+         h.p.cu_seqlens_k = cu;
+       },
+       C::unsupported, "cu_seqlens_q: kernel cpu does not support variable length"},
+      {"last_stride", [](HostProblem& h) { h.p.k.stride[3] = 2; }, C::invalid_argument,
+       "k.stride[3]: the last (head_dim) dimension must be contiguous"},
+      {"negative_stride", [](HostProblem& h) { h.p.v.stride[1] = -128; }, C::invalid_argument,
+       "v.stride[1]: must be >= 0"},
+      {"misaligned_ptr", [](HostProblem& h) { h.p.q.data = h.q.data() + 1; }, C::invalid_argument,
+       "q.data: must be 16-byte aligned"},
+      {"misaligned_stride", [](HostProblem& h) { h.p.q.stride[1] = 4 * 64 + 4; },
+       C::invalid_argument, "q.stride[1]: must be a multiple of 8 elements"},
+      {"lse_misaligned",
+       [](HostProblem& h) {
+         h.p.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(h.lse.data()) + 2);
+       },
+       C::invalid_argument, "lse: must be 4-byte aligned"},
+      {"o_aliases_q", [](HostProblem& h) { h.p.o.data = h.q.data(); }, C::invalid_argument,
+       "o: overlaps input q"},
+      {"o_overlaps_v", [](HostProblem& h) { h.p.o.data = h.v.data() + 8 * 64; },
+       C::invalid_argument, "o: overlaps input"},
+      {"lse_overlaps_o", [](HostProblem& h) { h.p.lse = reinterpret_cast<float*>(h.o.data()); },
+       C::invalid_argument, "lse: overlaps the output o"},
+      {"lse_overlaps_k", [](HostProblem& h) { h.p.lse = reinterpret_cast<float*>(h.k.data()); },
+       C::invalid_argument, "lse: overlaps input k"},
+  };
+  return r;
+}
+
+class ValidationRule : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
+  const Rule& rule = rules()[GetParam()];
+  HostProblem h;
+  ASSERT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok()) << "the base problem must be valid";
+  rule.mutate(h);
+  const fa::Status s = fa::can_implement(h.p, fa::Kernel::cpu);
+  EXPECT_EQ(s.code, rule.code) << rule.name << ": " << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos)
+      << rule.name << ": message was \"" << s.message << "\"";
+  const fa::Status f = fa::forward(h.p, fa::Kernel::cpu);
+  EXPECT_EQ(f.code, rule.code);
+  EXPECT_EQ(f.message, s.message);
+  EXPECT_TRUE(h.output_untouched()) << rule.name << ": a refused call wrote the output";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRules, ValidationRule, ::testing::Range<size_t>(0, 31),
+                         [](const auto& info) { return std::string(rules()[info.param].name); });
+
+TEST(Validation, RuleTableIsFullyInstantiated) {
+  EXPECT_EQ(rules().size(), 31u);
+}
+
+TEST(Validation, BaseProblemRunsOnCpu) {
+  HostProblem h;
+  const fa::Status s = fa::forward(h.p, fa::Kernel::cpu);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_FALSE(h.output_untouched());
+}
+
+TEST(Validation, HeadDimPair192x128Accepted) {
+  HostProblem h(9, 9, 2, 1, 192);
+  std::vector<uint16_t> v(size_t(2) * 9 * 1 * 128), o(size_t(2) * 9 * 2 * 128);
+  h.p.head_dim_v = 128;
+  h.p.v.data = v.data();
+  h.p.o.data = o.data();
+  fa::set_contiguous_layout(h.p);
+  EXPECT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok())
+      << fa::can_implement(h.p, fa::Kernel::cpu).message;
+}
+
+TEST(Validation, PaddedStridesAccepted) {
+  HostProblem h;
+  h.p.q.stride[2] = 64;
+  h.p.q.stride[1] = 4 * 64;
+  h.p.q.stride[0] = 17 * 4 * 64;
+  // Interleaved heads with padding: a larger head stride that still fits the buffer is fine.
+  std::vector<uint16_t> qpad(size_t(2) * 17 * 4 * 72);
+  h.p.q.data = qpad.data();
+  h.p.q.stride[2] = 72;
+  h.p.q.stride[1] = 4 * 72;
+  h.p.q.stride[0] = 17 * 4 * 72;
+  EXPECT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok())
+      << fa::can_implement(h.p, fa::Kernel::cpu).message;
+}
+
+TEST(Validation, UnbuiltKernelIsUnsupported) {
+  HostProblem h;
+  for (fa::Kernel k : fa::kAllKernels) {
+    if (fa::kernel_is_built(k)) continue;
+    const fa::Status s = fa::can_implement(h.p, k);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << fa::kernel_name(k);
+    EXPECT_NE(s.message.find(std::string("kernel ") + fa::kernel_name(k)), std::string::npos)
+        << s.message;
+    EXPECT_EQ(fa::forward(h.p, k).code, fa::StatusCode::unsupported);
+  }
+}
+
+TEST(Validation, GpuKernelRefusesHostMemory) {
+  HostProblem h;
+  for (fa::Kernel k : {fa::Kernel::k1, fa::Kernel::k2}) {
+    const fa::Status s = fa::can_implement(h.p, k);
+    if (have_gpu()) {
+      EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+      EXPECT_NE(s.message.find("needs device memory, got host memory"), std::string::npos)
+          << s.message;
+    } else {
+      EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+      EXPECT_NE(s.message.find("needs a CUDA device"), std::string::npos) << s.message;
+    }
+    EXPECT_EQ(fa::forward(h.p, k).code, s.code);
+    EXPECT_TRUE(h.output_untouched());
+  }
+}
+
+TEST(Validation, CpuKernelRefusesDeviceMemory) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: device memory cannot be allocated";
+  HostProblem h;
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, h.o.size() * 2), cudaSuccess);
+  h.p.o.data = d;
+  const fa::Status s = fa::can_implement(h.p, fa::Kernel::cpu);
+  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument);
+  EXPECT_NE(s.message.find("o.data: kernel cpu needs host memory"), std::string::npos) << s.message;
+  cudaFree(d);
+}
+
+TEST(Validation, AutoPicksCpuForHostMemory) {
+  HostProblem h;
+  EXPECT_EQ(fa::select_kernel(h.p), fa::Kernel::cpu);
+  EXPECT_TRUE(fa::forward(h.p).ok());
+}
+
+TEST(Validation, SeqlenKZeroGivesZeroOutputAndMinusInfLse) {
+  HostProblem h(5, 0);
+  const fa::Status s = fa::forward(h.p, fa::Kernel::cpu);
+  ASSERT_TRUE(s.ok()) << s.message;
+  for (uint16_t x : h.o) EXPECT_EQ(x, 0u);
+  for (float l : h.lse) EXPECT_EQ(l, -INFINITY);
+}
+
+TEST(Validation, SeqlenQZeroWritesNothing) {
+  HostProblem h(0, 9);
+  EXPECT_TRUE(fa::forward(h.p, fa::Kernel::cpu).ok());
+  EXPECT_TRUE(h.output_untouched());
+}
+
+TEST(Names, KernelNamesRoundTrip) {
+  for (fa::Kernel k : fa::kAllKernels) {
+    const auto parsed = fa::parse_kernel(fa::kernel_name(k));
+    ASSERT_TRUE(parsed.has_value()) << fa::kernel_name(k);
+    EXPECT_EQ(*parsed, k);
+  }
+  EXPECT_FALSE(fa::parse_kernel("k9").has_value());
+  EXPECT_TRUE(fa::kernel_is_built(fa::Kernel::cpu));
+  EXPECT_TRUE(fa::kernel_runs_on_host(fa::Kernel::cpu));
+  EXPECT_FALSE(fa::kernel_runs_on_host(fa::Kernel::k2));
+}
+
+TEST(Names, DtypeNamesRoundTrip) {
+  for (fa::DType d : {fa::DType::bf16, fa::DType::fp16}) {
+    EXPECT_EQ(fa::parse_dtype(fa::dtype_name(d)), d);
+    EXPECT_EQ(fa::dtype_size(d), 2);
+  }
+  EXPECT_FALSE(fa::parse_dtype("fp32").has_value());
+}
+
+}  // namespace

@@ -1,0 +1,249 @@
+// Table-driven parser: every flag is one row (name, value placeholder, help, how to apply it), so
+// --help and the parser cannot drift apart.
+#include "args.h"
+
+#include <charconv>
+#include <functional>
+#include <limits>
+#include <string_view>
+
+#include "workload.h"
+
+namespace flashattn::bench {
+namespace {
+
+constexpr int64_t kMaxSeqlen = int64_t{1} << 24;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxBatch = int64_t{1} << 20;
+
+// Returns an error message, or an empty string on success.
+using Apply = std::function<std::string(Options&, std::string_view)>;
+
+struct Flag {
+  const char* name;
+  const char* metavar;  // nullptr: a switch that takes no value
+  const char* help;
+  Apply apply;
+};
+
+std::string quote(std::string_view s) {
+  std::string out;  // appended piecewise: "'" + string trips GCC 12's -Wrestrict false positive
+  out.append("'").append(s).append("'");
+  return out;
+}
+
+template <typename T>
+std::string parse_number(std::string_view flag, std::string_view text, T lo, T hi, T& out) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range) {
+    return std::string(flag) + ": " + quote(text) + " is out of range [" + std::to_string(lo) +
+           ", " + std::to_string(hi) + "]";
+  }
+  if (ec != std::errc() || ptr != end || text.empty()) {
+    return std::string(flag) + ": expected an integer, got " + quote(text);
+  }
+  if (value < lo || value > hi) {
+    return std::string(flag) + ": " + std::to_string(value) + " is out of range [" +
+           std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  }
+  out = value;
+  return {};
+}
+
+// A flag that stores an int within [lo, hi] into one or two fields.
+Apply int_field(const char* flag, int Options::*field, int64_t lo, int64_t hi,
+                int Options::*also = nullptr) {
+  return [=](Options& o, std::string_view v) {
+    int64_t n = 0;
+    std::string err = parse_number<int64_t>(flag, v, lo, hi, n);
+    if (err.empty()) {
+      o.*field = static_cast<int>(n);
+      if (also != nullptr) o.*also = static_cast<int>(n);
+    }
+    return err;
+  };
+}
+
+std::string parse_kernels(std::string_view v, std::vector<Kernel>& out) {
+  out.clear();
+  if (v == "all") {
+    for (Kernel k : kAllKernels) {
+      if (k != Kernel::automatic && kernel_is_built(k)) out.push_back(k);
+    }
+    if (out.empty()) return "--kernel: 'all' found no built kernel";
+    return {};
+  }
+  while (true) {
+    const size_t comma = v.find(',');
+    const std::string_view name = v.substr(0, comma);
+    const std::optional<Kernel> k = parse_kernel(name);
+    if (!k) {
+      std::string known;
+      for (Kernel each : kAllKernels)
+        known += std::string(known.empty() ? "" : ", ") + kernel_name(each);
+      return "--kernel: unknown kernel " + quote(name) + " (known: " + known + ", all)";
+    }
+    out.push_back(*k);
+    if (comma == std::string_view::npos) break;
+    v.remove_prefix(comma + 1);
+  }
+  return {};
+}
+
+std::string parse_window(std::string_view v, Options& o) {
+  const size_t comma = v.find(',');
+  const std::string bad =
+      "--window: expected L,R (two integers >= -1, -1 unbounded), got " + quote(v);
+  if (comma == std::string_view::npos) return bad;
+  int64_t left = 0, right = 0;
+  if (!parse_number<int64_t>("--window", v.substr(0, comma), -1, kMaxSeqlen, left).empty() ||
+      !parse_number<int64_t>("--window", v.substr(comma + 1), -1, kMaxSeqlen, right).empty()) {
+    return bad;
+  }
+  o.window_left = static_cast<int>(left);
+  o.window_right = static_cast<int>(right);
+  return {};
+}
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {"--kernel", "LIST", "kernel name, comma list, or 'all' (every built kernel but auto) [auto]",
+       [](Options& o, std::string_view v) { return parse_kernels(v, o.kernels); }},
+      {"--batch", "N", "batch size [2]", int_field("--batch", &Options::batch, 1, kMaxBatch)},
+      {"--heads", "N", "query heads [16]", int_field("--heads", &Options::heads, 1, kMaxHeads)},
+      {"--kv-heads", "N", "key/value heads (GQA/MQA) [= heads]",
+       int_field("--kv-heads", &Options::kv_heads, 1, kMaxHeads)},
+      {"--seqlen", "N", "sets both --seqlen-q and --seqlen-k [1024]",
+       int_field("--seqlen", &Options::seqlen_q, 1, kMaxSeqlen, &Options::seqlen_k)},
+      {"--seqlen-q", "N", "query length [1024]",
+       int_field("--seqlen-q", &Options::seqlen_q, 1, kMaxSeqlen)},
+      {"--seqlen-k", "N", "key length [1024]",
+       int_field("--seqlen-k", &Options::seqlen_k, 1, kMaxSeqlen)},
+      {"--hdim", "N", "head dim of q and k [128]",
+       int_field("--hdim", &Options::hdim, 1, kMaxHeadDim)},
+      {"--hdim-v", "N", "head dim of v and o [= hdim]",
+       int_field("--hdim-v", &Options::hdim_v, 1, kMaxHeadDim)},
+      {"--dtype", "bf16|fp16", "element type [bf16]",
+       [](Options& o, std::string_view v) -> std::string {
+         const std::optional<DType> d = parse_dtype(v);
+         if (!d) return "--dtype: expected bf16 or fp16, got " + quote(v);
+         o.dtype = *d;
+         return {};
+       }},
+      {"--causal", nullptr, "causal mask (bottom-right aligned)",
+       [](Options& o, std::string_view) -> std::string {
+         o.causal = true;
+         return {};
+       }},
+      {"--window", "L,R", "local window: keys [i-L, i+R] around the diagonal, -1 unbounded",
+       [](Options& o, std::string_view v) { return parse_window(v, o); }},
+      {"--iters", "N", "measured iterations per config (fewer when one run takes > 1 s) [20]",
+       int_field("--iters", &Options::iters, 1, 100000)},
+      {"--warmup", "N", "warm-up runs [5 on the GPU, 1 for the cpu kernel]",
+       [](Options& o, std::string_view v) {
+         int64_t n = 0;
+         std::string err = parse_number<int64_t>("--warmup", v, 0, 10000, n);
+         if (err.empty()) o.warmup = static_cast<int>(n);
+         return err;
+       }},
+      {"--check", nullptr, "check each config against the fp64 reference (exit 1 on FAIL)",
+       [](Options& o, std::string_view) -> std::string {
+         o.check = true;
+         return {};
+       }},
+      {"--sweep", "standard",
+       "TESTING.md's 36 configs (16k tokens, hidden 2048, hdim 64/128/256,\n"
+       "                         seqlen 512..16384, causal off/on); replaces the shape flags",
+       [](Options& o, std::string_view v) -> std::string {
+         if (v != "standard") return "--sweep: expected 'standard', got " + quote(v);
+         o.sweep_standard = true;
+         return {};
+       }},
+      {"--max-seqlen", "N", "skip (and list as skipped) configs with a longer sequence",
+       int_field("--max-seqlen", &Options::max_seqlen, 1, kMaxSeqlen)},
+      {"--json", "FILE", "write the records as JSON (rewritten after every config)",
+       [](Options& o, std::string_view v) -> std::string {
+         if (v.empty()) return "--json: expected a file name";
+         o.json_path = std::string(v);
+         return {};
+       }},
+      {"--seed", "S", "input seed [fresh from std::random_device, printed]",
+       [](Options& o, std::string_view v) {
+         uint64_t s = 0;
+         std::string err =
+             parse_number<uint64_t>("--seed", v, 0, std::numeric_limits<uint64_t>::max(), s);
+         if (err.empty()) o.seed = s;
+         return err;
+       }},
+      {"--device", "N", "CUDA device ordinal [0]",
+       int_field("--device", &Options::device, 0, 1023)},
+  };
+  return table;
+}
+
+}  // namespace
+
+void print_usage(std::FILE* out) {
+  std::fprintf(
+      out,
+      "usage: flashattn-bench [flags]\n"
+      "Times flashattn::forward on one workload, or on the standard grid, per kernel.\n\n");
+  for (const Flag& f : flags()) {
+    std::string head = std::string(f.name) + (f.metavar ? std::string(" ") + f.metavar : "");
+    std::fprintf(out, "  %-22s %s\n", head.c_str(), f.help);
+  }
+  std::fprintf(out, "  %-22s %s\n\n", "--help, -h", "this text");
+  std::fprintf(out, "FLOPs (TFLOP/s column):\n%s\n", flop_convention_help());
+  std::fprintf(out,
+               "Timing: CUDA events per iteration (steady_clock for the cpu kernel), median and "
+               "min;\ninputs rotate among copies totalling > 256 MB so L2 cannot hold them. After "
+               "warm-up, a\nconfig whose run takes > 1 s gets fewer iterations (>= 3, ~10 s "
+               "total).\n"
+               "Exit codes: 0 ok, 1 a --check FAIL or a run error, 2 a refused argument.\n");
+}
+
+ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error) {
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) opts.command += ' ';
+    opts.command += argv[i];
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") return ParseOutcome::help;
+    std::optional<std::string_view> inline_value;
+    if (const size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags()) {
+      if (arg == f.name) flag = &f;
+    }
+    if (flag == nullptr) {
+      error = "unknown flag " + quote(argv[i]) + " (see --help)";
+      return ParseOutcome::error;
+    }
+    std::string_view value;
+    if (flag->metavar == nullptr) {
+      if (inline_value) {
+        error = std::string(flag->name) + ": takes no value";
+        return ParseOutcome::error;
+      }
+    } else if (inline_value) {
+      value = *inline_value;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      error = std::string(flag->name) + ": missing value (" + flag->metavar + ")";
+      return ParseOutcome::error;
+    }
+    error = flag->apply(opts, value);
+    if (!error.empty()) return ParseOutcome::error;
+  }
+  return ParseOutcome::run;
+}
+
+}  // namespace flashattn::bench

@@ -1,0 +1,52 @@
+// Command-line options of flashattn-bench and their parser.
+//
+// The parser never throws and never exits: it reports a refused argument as one line naming the
+// flag, and main() turns that into exit code 2.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashattn/flashattn.h"
+
+namespace flashattn::bench {
+
+struct Options {
+  std::vector<Kernel> kernels{Kernel::automatic};
+  int batch = 2;
+  int heads = 16;
+  int kv_heads = 0;  // 0: same as heads
+  int seqlen_q = 1024;
+  int seqlen_k = 1024;
+  int hdim = 128;
+  int hdim_v = 0;  // 0: same as hdim
+  DType dtype = DType::bf16;
+  bool causal = false;
+  int window_left = -1;  // -1: unbounded
+  int window_right = -1;
+  int iters = 20;
+  std::optional<int> warmup;  // unset: kDefaultWarmupGpu or kDefaultWarmupCpu
+  bool check = false;
+  bool sweep_standard = false;
+  int max_seqlen = 0;  // 0: no limit
+  std::string json_path;
+  std::optional<uint64_t> seed;  // unset: drawn from std::random_device
+  int device = 0;
+  std::string command;  // argv joined by spaces, for the JSON record
+};
+
+inline constexpr int kDefaultWarmupGpu = 5;
+// One warm-up is enough on the host: there is no JIT, clock ramp or lazy module load to hide.
+inline constexpr int kDefaultWarmupCpu = 1;
+
+enum class ParseOutcome { run, help, error };
+
+// Fills `opts` from argv. On ParseOutcome::error, `error` holds a one-line message naming the flag.
+ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error);
+
+void print_usage(std::FILE* out);
+
+}  // namespace flashattn::bench

@@ -1,0 +1,176 @@
+#include "runner.h"
+
+#include <chrono>
+#include <exception>
+#include <vector>
+
+namespace flashattn::bench {
+namespace {
+
+// cudaEvent_t pairs reused across batches.
+class EventPool {
+ public:
+  EventPool() = default;
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  ~EventPool() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  Status reserve(size_t n) {
+    while (events_.size() < n) {
+      cudaEvent_t e = nullptr;
+      if (Status st = cuda_status(cudaEventCreate(&e), "cudaEventCreate"); !st.ok()) return st;
+      events_.push_back(e);
+    }
+    return Status::success();
+  }
+  cudaEvent_t operator[](size_t i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+// Enqueues n runs back to back, each between its own pair of events, then waits once: the GPU
+// never idles between runs, so host launch latency stays outside the measured intervals.
+Status time_on_device(const std::vector<ForwardParams>& params, Kernel kernel, int& next_set,
+                      EventPool& events, cudaStream_t stream, int n, std::vector<double>& ms) {
+  if (Status st = events.reserve(2 * static_cast<size_t>(n)); !st.ok()) return st;
+  for (int i = 0; i < n; ++i) {
+    const ForwardParams& p = params[static_cast<size_t>(next_set)];
+    next_set = (next_set + 1) % static_cast<int>(params.size());
+    if (Status st = cuda_status(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
+        !st.ok()) {
+      return st;
+    }
+    if (Status st = forward(p, kernel); !st.ok()) {
+      cudaStreamSynchronize(stream);
+      return st;
+    }
+    if (Status st = cuda_status(cudaEventRecord(events[2 * i + 1], stream), "cudaEventRecord");
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (Status st = cuda_status(cudaEventSynchronize(events[2 * n - 1]), "kernel run"); !st.ok()) {
+    return st;
+  }
+  for (int i = 0; i < n; ++i) {
+    float elapsed = 0;
+    if (Status st = cuda_status(cudaEventElapsedTime(&elapsed, events[2 * i], events[2 * i + 1]),
+                                "cudaEventElapsedTime");
+        !st.ok()) {
+      return st;
+    }
+    ms.push_back(elapsed);
+  }
+  return Status::success();
+}
+
+Status time_on_host(const std::vector<ForwardParams>& params, Kernel kernel, int& next_set, int n,
+                    std::vector<double>& ms) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < n; ++i) {
+    const ForwardParams& p = params[static_cast<size_t>(next_set)];
+    next_set = (next_set + 1) % static_cast<int>(params.size());
+    const Clock::time_point start = Clock::now();
+    if (Status st = forward(p, kernel); !st.ok()) return st;
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+  return Status::success();
+}
+
+std::string describe_status(const Status& st) {
+  return std::string(status_code_name(st.code)) + ": " + st.message;
+}
+
+void run(const Workload& w, const RunContext& ctx, Record& rec) {
+  const Memory memory = memory_for(w.kernel, ctx.device_count);
+  if (memory == Memory::device && ctx.device_count == 0) {
+    rec.error = "unsupported: no CUDA device available";
+    return;
+  }
+  const cudaStream_t stream = memory == Memory::device ? ctx.stream : nullptr;
+  Workspace ws;
+  if (Status st = ws.allocate(w, memory); !st.ok()) {
+    rec.error = describe_status(st);
+    return;
+  }
+  std::vector<ForwardParams> params;
+  for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.params(s, stream));
+
+  if (w.kernel == Kernel::automatic) {
+    const Kernel chosen = select_kernel(params[0]);
+    if (chosen != Kernel::automatic) rec.kernel = kernel_name(chosen);
+  }
+  if (Status st = can_implement(params[0], w.kernel); !st.ok()) {
+    rec.error = describe_status(st);
+    return;
+  }
+  rec.run_failed = true;  // from here on, any failure is the kernel's or the machine's
+  if (Status st = ws.fill_inputs(ctx.seed, stream); !st.ok()) {
+    rec.error = describe_status(st);
+    return;
+  }
+
+  TimingPolicy policy;
+  policy.iters = ctx.iters;
+  policy.warmup = memory == Memory::device ? ctx.warmup_gpu : ctx.warmup_cpu;
+  int next_set = 0;
+  EventPool events;
+  const TimedBatch batch = [&](int n, std::vector<double>& ms) {
+    return memory == Memory::device
+               ? time_on_device(params, w.kernel, next_set, events, stream, n, ms)
+               : time_on_host(params, w.kernel, next_set, n, ms);
+  };
+  if (Status st = measure(policy, batch, rec.timing); !st.ok()) {
+    rec.error = describe_status(st);
+    return;
+  }
+  rec.ran = true;
+  rec.tflops =
+      rec.timing.median_ms > 0 ? rec.flops.flops / (rec.timing.median_ms * 1e-3) / 1e12 : 0;
+
+  if (ctx.check) {
+    if (Status st = check_workload(ws, w.kernel, ctx, rec.check); !st.ok()) {
+      rec.error = describe_status(st);
+      return;
+    }
+    if (!rec.check.result.ok) {
+      rec.error = "check failed: " + rec.check.result.detail;
+      return;
+    }
+  }
+  rec.ok = true;
+  rec.run_failed = false;
+}
+
+}  // namespace
+
+Memory memory_for(Kernel kernel, int device_count) {
+  if (kernel_runs_on_host(kernel)) return Memory::host;
+  if (kernel == Kernel::automatic && device_count == 0) return Memory::host;
+  return Memory::device;
+}
+
+Record run_workload(const Workload& w, const RunContext& ctx) {
+  Record rec;
+  rec.w = w;
+  rec.kernel = kernel_name(w.kernel);
+  rec.automatic = w.kernel == Kernel::automatic;
+  rec.flops = forward_flops(w);
+  rec.iters_requested = ctx.iters;
+  if (ctx.max_seqlen > 0 && (w.seqlen_q > ctx.max_seqlen || w.seqlen_k > ctx.max_seqlen)) {
+    rec.skipped = true;
+    rec.error = "skipped: sequence longer than --max-seqlen " + std::to_string(ctx.max_seqlen);
+    return rec;
+  }
+  try {
+    run(w, ctx, rec);
+  } catch (const std::exception& e) {  // std::bad_alloc from a host staging buffer, mostly
+    rec.ok = false;
+    rec.error = std::string("exception: ") + e.what();
+  }
+  return rec;
+}
+
+}  // namespace flashattn::bench

@@ -1,0 +1,59 @@
+// Runs one workload end to end: allocate, validate, fill, time, and optionally check.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "flashattn/reference.h"
+#include "timing.h"
+#include "workload.h"
+#include "workspace.h"
+
+namespace flashattn::bench {
+
+struct CheckSummary {
+  bool ran = false;
+  bool sampled = false;  // a sample of rows instead of every row (large shapes)
+  int64_t rows = 0;      // rows checked
+  reference::CheckResult result;
+};
+
+struct Record {
+  Workload w;
+  std::string kernel;       // the family that ran (auto resolved), or the requested name
+  bool automatic = false;   // requested as auto
+  bool skipped = false;     // over --max-seqlen
+  bool ran = false;         // timing completed
+  bool ok = false;          // ran, and passed the check if one was asked for
+  bool run_failed = false;  // failed after can_implement accepted it (exit code 1)
+  Timing timing;
+  int iters_requested = 0;  // the measured count may be lower for a slow kernel
+  FlopCount flops;
+  double tflops = 0;
+  CheckSummary check;
+  std::string error;
+};
+
+struct RunContext {
+  int device_count = 0;  // 0 when cudaGetDeviceCount fails
+  cudaStream_t stream = nullptr;
+  uint64_t seed = 0;
+  int iters = 20;
+  int warmup_gpu = kDefaultWarmupGpu;
+  int warmup_cpu = kDefaultWarmupCpu;
+  bool check = false;
+  int max_seqlen = 0;
+};
+
+// Where a workload's tensors live: host for the cpu kernel, and for auto without a device.
+Memory memory_for(Kernel kernel, int device_count);
+
+// Never throws; every failure ends up in Record::error.
+Record run_workload(const Workload& w, const RunContext& ctx);
+
+// Poisons the outputs, runs `kernel` once on input set 0 and checks against the reference.
+Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, CheckSummary& out);
+
+}  // namespace flashattn::bench

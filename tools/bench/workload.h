@@ -1,0 +1,41 @@
+// Workloads (one attention shape on one kernel), the standard grid, and their FLOP counts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn::bench {
+
+struct Workload {
+  Kernel kernel = Kernel::automatic;
+  DType dtype = DType::bf16;
+  int batch = 0, heads = 0, kv_heads = 0;
+  int seqlen_q = 0, seqlen_k = 0;
+  int hdim = 0, hdim_v = 0;
+  bool causal = false;
+  int window_left = -1, window_right = -1;  // as given; causal is applied on top
+};
+
+// The single shape of the flags, or the standard grid, for each requested kernel (kernel outermost
+// so that the table reads one kernel at a time).
+std::vector<Workload> make_workloads(const Options& opts);
+
+// Exactly how many (query, key) pairs the bottom-right aligned mask lets through, in O(seqlen_q).
+// left/right of -1 are unbounded.
+int64_t visible_pairs(int seqlen_q, int seqlen_k, int left, int right);
+
+struct FlopCount {
+  double flops = 0;
+  const char* convention = "";  // "dense", "causal/2", "exact"
+};
+FlopCount forward_flops(const Workload& w);
+const char* flop_convention_help();
+
+// "k2 hd128 s2048 causal", for progress lines.
+std::string describe(const Workload& w);
+
+}  // namespace flashattn::bench

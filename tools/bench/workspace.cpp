@@ -1,0 +1,214 @@
+#include "workspace.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "flashattn/reference.h"
+
+namespace flashattn::bench {
+
+Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::success();
+  return {StatusCode::cuda_error, std::string(what) + ": " + cudaGetErrorString(err)};
+}
+
+Block::Block(Block&& other) noexcept
+    : memory_(other.memory_),
+      ptr_(std::exchange(other.ptr_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+Block& Block::operator=(Block&& other) noexcept {
+  if (this != &other) {
+    release();
+    memory_ = other.memory_;
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+Block::~Block() {
+  release();
+}
+
+void Block::release() {
+  if (ptr_ == nullptr) return;
+  if (memory_ == Memory::device) {
+    cudaFree(ptr_);
+  } else {
+    std::free(ptr_);
+  }
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+Status Block::allocate(Memory memory, size_t bytes) {
+  release();
+  memory_ = memory;
+  const size_t n = std::max<size_t>(bytes, 1);  // never a null pointer for an empty tensor
+  if (memory == Memory::device) {
+    if (Status st = cuda_status(cudaMalloc(&ptr_, n), "cudaMalloc"); !st.ok()) {
+      ptr_ = nullptr;
+      cudaGetLastError();  // an allocation failure is not sticky; clear it
+      st.message += " (" + std::to_string(n) + " bytes)";
+      return st;
+    }
+  } else {
+    ptr_ = std::malloc(n);
+    if (ptr_ == nullptr) {
+      return {StatusCode::unsupported, "host allocation of " + std::to_string(n) + " bytes failed"};
+    }
+  }
+  bytes_ = bytes;
+  return Status::success();
+}
+
+TensorSizes tensor_sizes(const Workload& w) {
+  const auto es = static_cast<size_t>(dtype_size(w.dtype));
+  const auto b = static_cast<size_t>(w.batch);
+  const auto sq = static_cast<size_t>(w.seqlen_q), sk = static_cast<size_t>(w.seqlen_k);
+  const auto h = static_cast<size_t>(w.heads), hkv = static_cast<size_t>(w.kv_heads);
+  TensorSizes s;
+  s.q = b * sq * h * static_cast<size_t>(w.hdim) * es;
+  s.k = b * sk * hkv * static_cast<size_t>(w.hdim) * es;
+  s.v = b * sk * hkv * static_cast<size_t>(w.hdim_v) * es;
+  s.o = b * sq * h * static_cast<size_t>(w.hdim_v) * es;
+  s.lse = b * h * sq * sizeof(float);
+  return s;
+}
+
+Status Workspace::allocate(const Workload& w, Memory memory) {
+  w_ = w;
+  memory_ = memory;
+  sizes_ = tensor_sizes(w);
+  sets_.clear();
+  if (Status st = o_.allocate(memory, sizes_.o); !st.ok()) return st;
+  if (Status st = lse_.allocate(memory, sizes_.lse); !st.ok()) return st;
+
+  const size_t set_bytes = std::max<size_t>(sizes_.q + sizes_.k + sizes_.v, 1);
+  size_t want = std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 1, kMaxInputSets);
+  if (memory == Memory::device) {
+    // Leave half of what is free to the kernel's own workspace (K1 materialises S).
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      want = std::clamp<size_t>(free_bytes / 2 / set_bytes, 1, want);
+    }
+  }
+  for (size_t i = 0; i < want; ++i) {
+    InputSet s;
+    Status st = s.q.allocate(memory, sizes_.q);
+    if (st.ok()) st = s.k.allocate(memory, sizes_.k);
+    if (st.ok()) st = s.v.allocate(memory, sizes_.v);
+    if (!st.ok()) {
+      if (sets_.empty()) return st;
+      break;  // fewer sets than planned still measure something; one set is the floor
+    }
+    sets_.push_back(std::move(s));
+  }
+  return Status::success();
+}
+
+namespace {
+
+// A splitmix64 step: unrelated generator streams per tensor.
+uint64_t mix_seed(uint64_t seed, uint64_t tensor) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (tensor + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+Status copy(Memory memory, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+            cudaStream_t stream) {
+  if (bytes == 0) return Status::success();
+  if (memory == Memory::host) {
+    std::memcpy(dst, src, bytes);
+    return Status::success();
+  }
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, kind, stream), "cudaMemcpyAsync");
+}
+
+}  // namespace
+
+Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
+  const int64_t es = dtype_size(w_.dtype);
+  Block* first[3] = {&sets_[0].q, &sets_[0].k, &sets_[0].v};
+  for (int t = 0; t < 3; ++t) {
+    Block& dst = *first[t];
+    const auto n = static_cast<int64_t>(dst.bytes()) / es;
+    if (memory_ == Memory::host) {
+      reference::fill_normal(dst.get(), n, w_.dtype, mix_seed(seed, t));
+      continue;
+    }
+    std::vector<std::byte> staging(dst.bytes());
+    reference::fill_normal(staging.data(), n, w_.dtype, mix_seed(seed, t));
+    // Synchronous: `staging` dies at the end of this iteration.
+    if (Status st =
+            cuda_status(cudaMemcpy(dst.get(), staging.data(), dst.bytes(), cudaMemcpyHostToDevice),
+                        "cudaMemcpy");
+        !st.ok()) {
+      return st;
+    }
+  }
+  for (size_t i = 1; i < sets_.size(); ++i) {
+    InputSet& s = sets_[i];
+    const std::pair<Block*, Block*> pairs[3] = {
+        {&s.q, &sets_[0].q}, {&s.k, &sets_[0].k}, {&s.v, &sets_[0].v}};
+    for (const auto& [dst, src] : pairs) {
+      if (Status st =
+              copy(memory_, dst->get(), src->get(), src->bytes(), cudaMemcpyDeviceToDevice, stream);
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
+  if (memory_ == Memory::device) {
+    return cuda_status(cudaStreamSynchronize(stream), "fill: cudaStreamSynchronize");
+  }
+  return Status::success();
+}
+
+Status Workspace::poison_outputs(cudaStream_t stream) {
+  for (Block* b : {&o_, &lse_}) {
+    if (memory_ == Memory::host) {
+      std::memset(b->get(), 0xFF, b->bytes());
+    } else if (Status st = cuda_status(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream),
+                                       "cudaMemsetAsync");
+               !st.ok()) {
+      return st;
+    }
+  }
+  return Status::success();
+}
+
+ForwardParams Workspace::params(int set, cudaStream_t stream) const {
+  const InputSet& s = sets_[static_cast<size_t>(set)];
+  ForwardParams p;
+  p.dtype = w_.dtype;
+  p.batch = w_.batch;
+  p.seqlen_q = w_.seqlen_q;
+  p.seqlen_k = w_.seqlen_k;
+  p.heads_q = w_.heads;
+  p.heads_kv = w_.kv_heads;
+  p.head_dim = w_.hdim;
+  p.head_dim_v = w_.hdim_v;
+  p.q.data = s.q.get();
+  p.k.data = s.k.get();
+  p.v.data = s.v.get();
+  p.o.data = o_.get();
+  p.lse = static_cast<float*>(lse_.get());
+  set_contiguous_strides(p.q.stride, w_.seqlen_q, w_.heads, w_.hdim);
+  set_contiguous_strides(p.k.stride, w_.seqlen_k, w_.kv_heads, w_.hdim);
+  set_contiguous_strides(p.v.stride, w_.seqlen_k, w_.kv_heads, w_.hdim_v);
+  set_contiguous_strides(p.o.stride, w_.seqlen_q, w_.heads, w_.hdim_v);
+  p.causal = w_.causal;
+  p.window_left = w_.window_left;
+  p.window_right = w_.window_right;
+  p.stream = stream;
+  return p;
+}
+
+}  // namespace flashattn::bench

@@ -1,0 +1,86 @@
+// Input sets and outputs of one workload, in host or device memory.
+//
+// Timing rotates among several input sets so that the 50 MB L2 cannot hold the working set.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "flashattn/flashattn.h"
+#include "workload.h"
+
+namespace flashattn::bench {
+
+enum class Memory { host, device };
+
+Status cuda_status(cudaError_t err, const char* what);
+
+// One allocation, freed on destruction (std::malloc or cudaMalloc). Move-only.
+class Block {
+ public:
+  Block() = default;
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+  Block(Block&& other) noexcept;
+  Block& operator=(Block&& other) noexcept;
+  ~Block();
+
+  Status allocate(Memory memory, size_t bytes);
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release();
+  Memory memory_ = Memory::host;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct InputSet {
+  Block q, k, v;
+};
+
+struct TensorSizes {  // in bytes
+  size_t q = 0, k = 0, v = 0, o = 0, lse = 0;
+};
+TensorSizes tensor_sizes(const Workload& w);
+
+class Workspace {
+ public:
+  // Allocates the outputs and as many input sets as keep the rotation above the L2 (bounded by
+  // kMaxInputSets and, on the device, by free memory).
+  Status allocate(const Workload& w, Memory memory);
+
+  // Fills set 0 with N(0, 1) from `seed` and copies it into the other sets: L2 residency depends on
+  // addresses, not values, and drawing fresh normals for 256 MB costs seconds per config.
+  Status fill_inputs(uint64_t seed, cudaStream_t stream);
+
+  // NaN bit patterns in o and lse (0xFF bytes are NaN in bf16, fp16 and fp32).
+  Status poison_outputs(cudaStream_t stream);
+
+  // Params for input set `set`, writing the shared o and lse.
+  ForwardParams params(int set, cudaStream_t stream) const;
+
+  int num_sets() const { return static_cast<int>(sets_.size()); }
+  Memory memory() const { return memory_; }
+  const Workload& workload() const { return w_; }
+  const TensorSizes& sizes() const { return sizes_; }
+  const Block& o() const { return o_; }
+  const Block& lse() const { return lse_; }
+  const InputSet& set(int i) const { return sets_[static_cast<size_t>(i)]; }
+
+ private:
+  Workload w_;
+  Memory memory_ = Memory::host;
+  TensorSizes sizes_;
+  std::vector<InputSet> sets_;
+  Block o_, lse_;
+};
+
+inline constexpr size_t kRotationBytes = size_t{256} << 20;  // > 5x the H100's 50 MB L2
+inline constexpr int kMaxInputSets = 8;
+
+}  // namespace flashattn::bench
