@@ -66,7 +66,7 @@ Status run_forward(const Problem& p) {
                           ? workspace_alloc(static_cast<size_t>(bh * p.seqlen_q) *
                                                 static_cast<size_t>(p.seqlen_k) * sizeof(float),
                                             stream, &s)
-                          : Status{StatusCode::cuda_error, "size overflows"};
+                          : Status{StatusCode::cuda_error, "the size overflows size_t"};
     if (!st.ok()) {
       char need[96];
       std::snprintf(need, sizeof need, "k1: the score workspace needs %.2f GB (%.0f fp32 scores)",
