@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -64,13 +65,26 @@ struct Case {
 };
 
 std::string case_name(const Case& c) {
-  std::string n = std::string(fa::kernel_name(c.kernel)) + "_" + fa::dtype_name(c.dtype) + "_b" +
-                  std::to_string(c.batch) + "_q" + std::to_string(c.sq) + "_k" +
-                  std::to_string(c.sk) + "_h" + std::to_string(c.hq) + "x" + std::to_string(c.hkv) +
-                  "_d" + std::to_string(c.d);
-  if (c.dv != c.d) n += "x" + std::to_string(c.dv);
+  // Built with appends only: GCC 12 warns falsely (-Wrestrict) on long chains of operator+.
+  std::string n = fa::kernel_name(c.kernel);
+  const auto add = [&n](const char* tag, int value) {
+    n += tag;
+    n += std::to_string(value);
+  };
+  n += "_";
+  n += fa::dtype_name(c.dtype);
+  add("_b", c.batch);
+  add("_q", c.sq);
+  add("_k", c.sk);
+  add("_h", c.hq);
+  add("x", c.hkv);
+  add("_d", c.d);
+  if (c.dv != c.d) add("x", c.dv);
   if (c.causal) n += "_causal";
-  if (c.wl >= 0 || c.wr >= 0) n += "_win" + std::to_string(c.wl) + "_" + std::to_string(c.wr);
+  if (c.wl >= 0 || c.wr >= 0) {
+    add("_win", c.wl);
+    add("_", c.wr);
+  }
   if (c.layout == Layout::padded) n += "_padded";
   if (c.layout == Layout::heads_major) n += "_bhsd";
   if (c.q_sigma > 1) n += "_big";
@@ -103,7 +117,22 @@ struct GpuRun {
   fa::ForwardParams host;  // points at the host copies below
   std::vector<uint16_t> q, k, v, o;
   std::vector<float> lse;
+  int64_t stray_writes = 0;  // elements of the output buffer outside the tensor that lost the poison
 };
+
+// Elements of a strided output buffer that are not part of the (b, s, h, d) tensor yet were
+// written (their NaN poison is gone): any such write is out of bounds for the kernel.
+int64_t count_stray_writes(const std::vector<uint16_t>& buf, const int64_t (&st)[4], int b, int s,
+                           int h, int d) {
+  std::vector<char> inside(buf.size(), 0);
+  for (int bi = 0; bi < b; ++bi)
+    for (int si = 0; si < s; ++si)
+      for (int hi = 0; hi < h; ++hi)
+        for (int di = 0; di < d; ++di) inside[bi * st[0] + si * st[1] + hi * st[2] + di] = 1;
+  int64_t stray = 0;
+  for (size_t i = 0; i < buf.size(); ++i) stray += !inside[i] && buf[i] != 0xFFFF;
+  return stray;
+}
 
 // Runs the case on the GPU; fills `run` with host copies of inputs and outputs.
 void run_case(const Case& c, uint64_t seed, GpuRun& run, std::vector<uint16_t>* second_o = nullptr) {
@@ -155,6 +184,7 @@ void run_case(const Case& c, uint64_t seed, GpuRun& run, std::vector<uint16_t>* 
     dst.resize(no);
     ASSERT_EQ(cudaMemcpy(dst.data(), dout.ptr, no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   }
+  run.stray_writes = count_stray_writes(run.o, p.o.stride, c.batch, c.sq, c.hq, c.dv);
   run.lse.resize(nl);
   ASSERT_EQ(cudaMemcpy(run.lse.data(), dl.ptr, nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
 
@@ -228,6 +258,7 @@ TEST_P(GpuForward, MatchesFp64Reference) {
                     << r.lse_max_err << " vs " << r.lse_max_err_pt << " + " << r.lse_atol
                     << ", not finite " << r.not_finite << ")";
   EXPECT_GT(r.checked, 0);
+  EXPECT_EQ(run.stray_writes, 0) << case_name(c) << ": wrote outside the output tensor";
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GpuForward, ::testing::Range<size_t>(0, all_cases().size()),
@@ -247,6 +278,26 @@ TEST(GpuForwardDeterminism, RepeatedRunsAreBitwiseIdentical) {
       ASSERT_EQ(std::memcmp(run.o.data(), again.data(), again.size() * 2), 0)
           << fa::kernel_name(kernel);
     }
+  }
+}
+
+// No key at all: every row outputs 0 and LSE -inf (defined by the API, not an error).
+TEST(GpuForwardEdges, SeqlenKZeroGivesZeroAndMinusInf) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2}) {
+    const Case c{kernel, fa::DType::fp16, 2, 17, 0, 4, 2, 128, 128, false, -1, -1, Layout::padded, 1.0f};
+    GpuRun run;
+    run_case(c, run_seed(), run);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(run.stray_writes, 0);
+    for (int b = 0; b < c.batch; ++b)
+      for (int s = 0; s < c.sq; ++s)
+        for (int h = 0; h < c.hq; ++h)
+          for (int d = 0; d < c.dv; ++d) {
+            const auto& st = run.host.o.stride;
+            ASSERT_EQ(run.o[b * st[0] + s * st[1] + h * st[2] + d], 0u) << fa::kernel_name(kernel);
+          }
+    for (float l : run.lse) ASSERT_EQ(l, -INFINITY) << fa::kernel_name(kernel);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "api/problem.h"
+#include "common/convert.cuh"
 
 namespace flashattn::k1 {
 
@@ -46,26 +47,6 @@ static_assert(kThreads == 256 && kBlockM == 64 && kBlockN == 64 && kBlockK == 32
               "the loaders and the 16 x 16 thread grid below assume this shape");
 
 // ---- element conversion ------------------------------------------------------------------------
-template <typename Element>
-__device__ __forceinline__ float to_float(unsigned short bits) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-  } else {
-    return __half2float(__ushort_as_half(bits));
-  }
-}
-
-template <typename Element>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-  } else {
-    return __half_as_ushort(__float2half_rn(lo)) |
-           (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
-  }
-}
-
 // Eight elements at `src` (16-byte aligned) as floats; zeros when !valid.
 template <typename Element>
 __device__ __forceinline__ void load8(const Element* src, bool valid, float (&out)[8]) {

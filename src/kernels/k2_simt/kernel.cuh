@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "api/problem.h"
+#include "common/convert.cuh"
 
 namespace flashattn::k2 {
 
@@ -83,33 +84,6 @@ struct Config {
 };
 
 // ---- small device helpers ----------------------------------------------------------------------
-// 2^x on the SFU. Exact +0 for -inf, which the -inf-safe online softmax relies on.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-template <typename Element>
-__device__ __forceinline__ float to_float(unsigned short bits) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-  } else {
-    return __half2float(__ushort_as_half(bits));
-  }
-}
-
-template <typename Element>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-  } else {
-    return __half_as_ushort(__float2half_rn(lo)) |
-           (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
-  }
-}
-
 // N consecutive floats of shared memory as one vector load (N * 4-byte aligned).
 template <int N>
 __device__ __forceinline__ void load_smem(const float* src, float (&v)[N]) {

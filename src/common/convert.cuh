@@ -1,0 +1,41 @@
+// Device-side element conversions and fast math shared by the kernel families.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace flashattn {
+
+// One 16-bit element (raw bits) of type Element as a float.
+template <typename Element>
+__device__ __forceinline__ float to_float(unsigned short bits) {
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
+}
+
+// Two floats rounded to Element (nearest even) and packed low-first into one 32-bit word.
+template <typename Element>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+  } else {
+    return __half_as_ushort(__float2half_rn(lo)) |
+           (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16);
+  }
+}
+
+// 2^x on the SFU. Exact +0 for -inf, which the -inf-safe online softmax relies on.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace flashattn
