@@ -130,6 +130,8 @@ const std::vector<Rule>& rules() {
          h.p.cu_seqlens_k = cu;
        },
        C::unsupported, "cu_seqlens_q: kernel cpu does not support variable length"},
+      {"varlen_total_negative", [](HostProblem& h) { static int32_t cu[3] = {0, 17, 34}; h.p.cu_seqlens_q = cu; h.p.cu_seqlens_k = cu; h.p.total_q = -1; }, C::invalid_argument, "total_q/total_k: must be >= 0"},
+      {"varlen_misaligned", [](HostProblem& h) { static int32_t cu[4] = {0, 17, 34, 0}; h.p.cu_seqlens_q = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(cu) + 2); h.p.cu_seqlens_k = cu; }, C::invalid_argument, "cu_seqlens_q/cu_seqlens_k: must be 4-byte aligned"},
       {"last_stride", [](HostProblem& h) { h.p.k.stride[3] = 2; }, C::invalid_argument,
        "k.stride[3]: the last (head_dim) dimension must be contiguous"},
       {"negative_stride", [](HostProblem& h) { h.p.v.stride[1] = -128; }, C::invalid_argument,
@@ -172,11 +174,11 @@ TEST_P(ValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
   EXPECT_TRUE(h.output_untouched()) << rule.name << ": a refused call wrote the output";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllRules, ValidationRule, ::testing::Range<size_t>(0, 31),
+INSTANTIATE_TEST_SUITE_P(AllRules, ValidationRule, ::testing::Range<size_t>(0, 33),
                          [](const auto& info) { return std::string(rules()[info.param].name); });
 
 TEST(Validation, RuleTableIsFullyInstantiated) {
-  EXPECT_EQ(rules().size(), 31u);
+  EXPECT_EQ(rules().size(), 33u);
 }
 
 TEST(Validation, BaseProblemRunsOnCpu) {

@@ -94,6 +94,7 @@ inline void set_contiguous_strides(int64_t (&stride)[4], int64_t seqlen, int64_t
 // Shapes:  q (batch, seqlen_q, heads_q,  head_dim)      k (batch, seqlen_k, heads_kv, head_dim)
 //          v (batch, seqlen_k, heads_kv, head_dim_v)    o (batch, seqlen_q, heads_q,  head_dim_v)
 //          lse (batch, heads_q, seqlen_q), fp32, contiguous, natural log; optional.
+//          (Variable length changes these shapes: see cu_seqlens_q below.)
 // Query head h reads KV head h / (heads_q / heads_kv) (GQA/MQA).
 //
 // Masks are bottom-right aligned, as in FlashAttention: query row i sits on diagonal
@@ -121,10 +122,19 @@ struct ForwardParams {
   int window_left = -1;   // -1: unbounded
   int window_right = -1;  // -1: unbounded; must be -1 or 0 with causal
 
-  // Variable length (packed sequences): int32 device arrays of batch + 1 prefix sums. When set,
-  // the batch stride of q/k/v/o is ignored and row stride walks the packed token dimension.
+  // Variable length (packed sequences). cu_seqlens_q/k: int32 arrays of batch + 1 prefix sums
+  // (cu[0] = 0, non-decreasing; sequence b holds tokens cu[b] .. cu[b+1]-1; zero-length
+  // sequences allowed), in memory the kernel reads (device memory for GPU families). When set:
+  //   - q/o are (total_q, heads_q, dim) and k/v (total_k, heads_kv, dim): stride[1] walks tokens,
+  //     stride[2] heads; stride[0] is ignored;
+  //   - seqlen_q/seqlen_k are the longest sequence (max_seqlen): the kernels size their grids by
+  //     them, so no sequence may be longer;
+  //   - lse is (heads_q, total_q).
+  // The masks apply per sequence (bottom-right aligned on each sequence's own lengths).
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
+  int total_q = 0;  // packed query tokens, = cu_seqlens_q[batch]
+  int total_k = 0;  // packed key tokens,   = cu_seqlens_k[batch]
 
   void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
 };

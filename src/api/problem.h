@@ -30,6 +30,13 @@ struct Problem {
   int64_t v_stride[3] = {};
   int64_t o_stride[3] = {};
 
+  // Variable length: prefix sums of the sequence lengths (device or host memory, as the family
+  // runs), or null. With them, strides[0] are unused and seqlen_q/seqlen_k are upper bounds.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int total_q = 0, total_k = 0;
+  bool varlen() const { return cu_seqlens_q != nullptr; }
+
   float scale = 0.f;       // softmax scale
   float scale_log2 = 0.f;  // scale * log2(e): kernels use exp2
   Mask mask;               // seqlen_q/seqlen_k filled in; left/right from the window and causal
@@ -59,6 +66,10 @@ inline Problem make_problem(const ForwardParams& p) {
     pr.v_stride[i] = p.v.stride[i];
     pr.o_stride[i] = p.o.stride[i];
   }
+  pr.cu_seqlens_q = p.cu_seqlens_q;
+  pr.cu_seqlens_k = p.cu_seqlens_k;
+  pr.total_q = p.total_q;
+  pr.total_k = p.total_k;
   pr.scale = p.softmax_scale != 0.f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   pr.scale_log2 = pr.scale * kLog2e;
   pr.mask.seqlen_q = p.seqlen_q;

@@ -81,14 +81,15 @@ struct NamedTensor {
   std::array<int64_t, 4> size;
 };
 
-Status check_tensor(const NamedTensor& t, int elem) {
+// Strides from index `first_stride` on are checked (1 skips the unused batch stride of varlen).
+Status check_tensor(const NamedTensor& t, int elem, int first_stride) {
   const std::string n = t.name;
   if (t.data == nullptr) return invalid(n + ".data: must not be null");
   if (t.stride[3] != 1) {
     return invalid(n + ".stride[3]: the last (head_dim) dimension must be contiguous (stride 1), got " +
                    std::to_string(t.stride[3]));
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = first_stride; i < 3; ++i) {
     if (t.stride[i] < 0) {
       return invalid(n + ".stride[" + std::to_string(i) + "]: must be >= 0, got " +
                      std::to_string(t.stride[i]));
@@ -98,7 +99,7 @@ Status check_tensor(const NamedTensor& t, int elem) {
     return invalid(n + ".data: must be 16-byte aligned (kernels load 16-byte vectors)");
   }
   const int64_t vec = 16 / elem;  // elements per 16-byte vector
-  for (int i = 0; i < 3; ++i) {
+  for (int i = first_stride; i < 3; ++i) {
     if (t.stride[i] % vec != 0) {
       return invalid(n + ".stride[" + std::to_string(i) + "]: must be a multiple of " +
                      std::to_string(vec) + " elements (16 bytes), got " +
@@ -152,20 +153,36 @@ Status check_shapes(const ForwardParams& p) {
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr)) {
     return invalid("cu_seqlens_q/cu_seqlens_k: give both or neither");
   }
+  if (p.cu_seqlens_q != nullptr) {
+    if (p.total_q < 0 || p.total_k < 0) {
+      return invalid("total_q/total_k: must be >= 0 with cu_seqlens, got " +
+                     std::to_string(p.total_q) + "/" + std::to_string(p.total_k));
+    }
+    if (reinterpret_cast<uintptr_t>(p.cu_seqlens_q) % 4 != 0 ||
+        reinterpret_cast<uintptr_t>(p.cu_seqlens_k) % 4 != 0) {
+      return invalid("cu_seqlens_q/cu_seqlens_k: must be 4-byte aligned int32 arrays");
+    }
+  }
   return Status::success();
 }
 
 Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
   const int elem = dtype_size(p.dtype);
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  // Packed (varlen) tensors are one batch of total tokens; their batch stride is unused.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int64_t nb = varlen ? 1 : p.batch;
+  const int64_t sq = varlen ? p.total_q : p.seqlen_q;
+  const int64_t sk = varlen ? p.total_k : p.seqlen_k;
   const NamedTensor tensors[] = {
-      {"q", p.q.data, p.q.stride, {p.batch, p.seqlen_q, p.heads_q, p.head_dim}},
-      {"k", p.k.data, p.k.stride, {p.batch, p.seqlen_k, p.heads_kv, p.head_dim}},
-      {"v", p.v.data, p.v.stride, {p.batch, p.seqlen_k, p.heads_kv, dv}},
-      {"o", p.o.data, p.o.stride, {p.batch, p.seqlen_q, p.heads_q, dv}},
+      {"q", p.q.data, p.q.stride, {nb, sq, p.heads_q, p.head_dim}},
+      {"k", p.k.data, p.k.stride, {nb, sk, p.heads_kv, p.head_dim}},
+      {"v", p.v.data, p.v.stride, {nb, sk, p.heads_kv, dv}},
+      {"o", p.o.data, p.o.stride, {nb, sq, p.heads_q, dv}},
   };
   for (const auto& t : tensors) {
-    if (Status s = check_tensor(t, elem); !s.ok()) return s;
+    // The batch stride of a packed tensor is not used, so its rules do not apply.
+    if (Status s = check_tensor(t, elem, /*first_stride=*/varlen ? 1 : 0); !s.ok()) return s;
   }
   if (reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0) {
     return invalid("lse: must be 4-byte aligned");
@@ -173,9 +190,8 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
 
   // Outputs must not alias inputs or each other: a kernel reads K/V tiles after writing O.
   const Extent o = extent(p.o.data, p.o.stride, tensors[3].size, elem);
-  const int64_t lse_stride[4] = {static_cast<int64_t>(p.heads_q) * p.seqlen_q, p.seqlen_q, 1, 1};
-  const Extent lse = p.lse ? extent(p.lse, lse_stride, {p.batch, p.heads_q, p.seqlen_q, 1}, 4)
-                           : Extent{};
+  const int64_t lse_stride[4] = {static_cast<int64_t>(p.heads_q) * sq, sq, 1, 1};
+  const Extent lse = p.lse ? extent(p.lse, lse_stride, {nb, p.heads_q, sq, 1}, 4) : Extent{};
   for (int i = 0; i < 3; ++i) {
     const Extent in = extent(tensors[i].data, tensors[i].stride, tensors[i].size, elem);
     if (o.overlaps(in)) {
@@ -202,20 +218,23 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
     const char* name;
     const void* data;
   };
-  const Ptr ptrs[] = {{"q", p.q.data}, {"k", p.k.data}, {"v", p.v.data}, {"o", p.o.data},
-                      {"lse", p.lse}};
+  const Ptr ptrs[] = {{"q", p.q.data},   {"k", p.k.data},
+                      {"v", p.v.data},   {"o", p.o.data},
+                      {"lse", p.lse},    {"cu_seqlens_q", p.cu_seqlens_q},
+                      {"cu_seqlens_k", p.cu_seqlens_k}};
   for (const auto& [name, data] : ptrs) {
     if (data == nullptr) continue;
     const Location loc = locate(data);
     if (caps.host && !loc.host_ok) {
-      return invalid(std::string(name) + ".data: kernel cpu needs host memory, got device memory");
+      return invalid(std::string(name) + (name[0] == 'c' || name[0] == 'l' ? "" : ".data") +
+                     ": kernel cpu needs host memory, got device memory");
     }
     if (!caps.host && !loc.device_ok) {
-      return invalid(std::string(name) + ".data: kernel " + kernel_name(kernel) +
-                     " needs device memory, got host memory");
+      return invalid(std::string(name) + (name[0] == 'c' || name[0] == 'l' ? "" : ".data") +
+                     ": kernel " + kernel_name(kernel) + " needs device memory, got host memory");
     }
     if (!caps.host && loc.device >= 0 && loc.device != current) {
-      return invalid(std::string(name) + ".data: lives on device " + std::to_string(loc.device) +
+      return invalid(std::string(name) + ": lives on device " + std::to_string(loc.device) +
                      " but the current device is " + std::to_string(current));
     }
   }
