@@ -31,16 +31,10 @@ def fmt(tflops):
     return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("files", nargs="+")
-    ap.add_argument("--ratio", action="append", default=[], help="A/B column, kernel names")
-    args = ap.parse_args()
-    rows, kernels = load(args.files)
-    ratios = [tuple(r.split("/")) for r in args.ratio]
+def markdown(rows, kernels, ratios):
+    """The table as markdown lines, then one geometric-mean line per ratio (A, B)."""
     head = ["hdim", "seqlen", "causal"] + kernels + [f"{a}/{b}" for a, b in ratios]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     logs = {r: [] for r in ratios}
     for key in sorted(rows):
         vals = rows[key]
@@ -53,10 +47,21 @@ def main():
                 cells.append(f"{x:.2f}")
             else:
                 cells.append("-")
-        print("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(cells) + " |")
     for (a, b), l in logs.items():
         if l:
-            print(f"\nGeometric mean {a}/{b} over {len(l)} configurations: {math.exp(sum(l) / len(l)):.2f}")
+            lines.append(f"\nGeometric mean {a}/{b} over {len(l)} configurations: "
+                         f"{math.exp(sum(l) / len(l)):.2f}")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--ratio", action="append", default=[], help="A/B column, kernel names")
+    args = ap.parse_args()
+    rows, kernels = load(args.files)
+    print("\n".join(markdown(rows, kernels, [tuple(r.split("/")) for r in args.ratio])))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 # Locates the CuTe/CUTLASS 4.2 C++ headers, which come from PyPI (nvidia-cutlass==4.2.0.0 ships
-# them under cutlass_library/source/include) and are never committed.
+# them under cutlass_library/source/include) and are never committed. They are required: the
+# tensor-core families are built from CuTe.
 #   1. -DFLASHATTN_CUTLASS_DIR=<dir containing cute/ and cutlass/> wins;
 #   2. else Python is asked where cutlass_library lives, looking first in .deps/cutlass (where
 #      scripts/bootstrap.sh installs it) and then in the interpreter's own site-packages.
@@ -23,7 +24,9 @@ if(FLASHATTN_CUTLASS_DIR AND EXISTS "${FLASHATTN_CUTLASS_DIR}/cute/tensor.hpp")
   target_include_directories(flashattn_cutlass SYSTEM INTERFACE ${FLASHATTN_CUTLASS_DIR})
   set(FLASHATTN_HAVE_CUTLASS ON)
 else()
-  message(WARNING "flashattn: CuTe/CUTLASS headers not found; the tensor-core families are left "
-                  "out. Run scripts/bootstrap.sh or pass -DFLASHATTN_CUTLASS_DIR=<include dir>.")
-  set(FLASHATTN_HAVE_CUTLASS OFF)
+  message(FATAL_ERROR
+    "flashattn: CuTe/CUTLASS 4.2 headers not found (no cute/tensor.hpp under "
+    "'${FLASHATTN_CUTLASS_DIR}'). The tensor-core families (fa2 and later) need them: run "
+    "scripts/bootstrap.sh, which installs nvidia-cutlass==4.2.0.0 into .deps/cutlass, or pass "
+    "-DFLASHATTN_CUTLASS_DIR=<dir holding cute/ and cutlass/>.")
 endif()

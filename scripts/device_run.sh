@@ -6,6 +6,8 @@
 #   sweep:K1,K2,...    flashattn-bench --sweep standard for those kernels -> sweep.json
 #   peers:BACKENDS     bench/peers_sdpa.py on the standard grid -> peers.json
 #   cpu:MAXSEQ         the CPU backend on the standard grid up to MAXSEQ -> cpu.json
+#   python             pip-installs the carried wheel (.whl/, scripts/build_wheel.sh), runs pytest
+#   compare            bench/compare.py: our kernels and SDPA backends -> compare.{json,png,md}
 set -uo pipefail
 OUT=${OUT:-/tmp/flashattn_out}
 mkdir -p "$OUT"
@@ -23,7 +25,7 @@ for step in "$@"; do
     sanitize)
       log "compute-sanitizer"
       for tool in memcheck racecheck synccheck; do
-        for k in k1 k2; do
+        for k in k1 k2 fa2; do
           compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --kernel $k --batch 1 \
             --heads 2 --kv-heads 1 --seqlen-q 113 --seqlen-k 203 --hdim 128 --causal --iters 1 \
             --warmup 0 >> "$OUT/sanitize.log" 2>&1
@@ -45,6 +47,24 @@ for step in "$@"; do
       log "cpu sweep up to ${step#cpu:}"
       $B/flashattn-bench --kernel cpu --sweep standard --max-seqlen "${step#cpu:}" --iters 3 \
         --json "$OUT/cpu.json" 2>/dev/null | tail -40
+      ;;
+    python)
+      log "python package: pytest"
+      python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/flashattn-*.whl
+      export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+      python3 -c "import torch,flashattn;print(torch.__version__,torch.cuda.get_device_name(),flashattn.built_kernels())" \
+        | tee -a "$OUT/summary.txt"
+      timeout 300 python3 -m pytest tests/python -q -rs > "$OUT/pytest.log" 2>&1
+      echo "pytest rc=$?" | tee -a "$OUT/summary.txt"
+      tail -15 "$OUT/pytest.log"
+      ;;
+    compare)
+      log "bench/compare.py (our kernels and SDPA, one process)"
+      python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/flashattn-*.whl
+      PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/compare.py --json "$OUT/compare.json" \
+        --plot "$OUT/compare.png" --markdown "$OUT/compare.md" > "$OUT/compare.log" 2>&1
+      echo "compare rc=$?" | tee -a "$OUT/summary.txt"
+      tail -50 "$OUT/compare.log"
       ;;
     *) echo "unknown step $step" ;;
   esac

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine lacks to build flashattn: CMake, Ninja, a C++20
 # compiler, GoogleTest (Debian packages) and the CuTe/CUTLASS 4.2 headers (PyPI, into .deps/,
-# never committed). The CUDA toolkit (nvcc 13) must already be installed.
+# never committed); and, for the Python package's tests, torch, pytest, numpy, scikit-build-core
+# and matplotlib (PyPI; torch 2.11 is ~3 GB with its CUDA libraries and runs on CPU-only machines
+# too; FLASHATTN_NO_PYTHON_DEPS=1 skips them). The CUDA toolkit (nvcc 13) must already be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,4 +28,15 @@ command -v nvcc >/dev/null || { echo "install_deps: nvcc (CUDA toolkit 13) not f
 if [ ! -f .deps/cutlass/cutlass_library/source/include/cute/tensor.hpp ]; then
   echo "install_deps: fetching CuTe/CUTLASS 4.2 headers into .deps/cutlass"
   python3 -m pip install -q --no-deps --target .deps/cutlass nvidia-cutlass==4.2.0.0
+fi
+
+# The Python test dependencies, unless present (torch >= 2.4, the oldest the package supports).
+if [ "${FLASHATTN_NO_PYTHON_DEPS:-0}" != 1 ] && ! python3 - 2>/dev/null <<'PY'
+import matplotlib, numpy, pytest, scikit_build_core, torch
+major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+assert (major, minor) >= (2, 4)
+PY
+then
+  echo "install_deps: installing the Python test dependencies (torch 2.11, pytest, numpy, ...)"
+  python3 -m pip install -q torch==2.11.0 pytest numpy scikit-build-core matplotlib
 fi

@@ -210,7 +210,7 @@ std::vector<Case> grid() {
   const M masks[] = {{false, -1, -1}, {true, -1, -1}, {false, 37, 5},
                      {true, 64, -1},  {false, -1, 0}, {false, 3, 100}};
   int i = 0;
-  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2}) {
+  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2, fa::Kernel::fa2}) {
     for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
       for (auto [d, dv] : dims) {
         for (auto [sq, sk] : shapes) {
@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, GpuForward, ::testing::Range<size_t>(0, all_cases
 // The same input twice gives bitwise identical output (no races, no order-dependent reductions).
 TEST(GpuForwardDeterminism, RepeatedRunsAreBitwiseIdentical) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2}) {
+  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2, fa::Kernel::fa2}) {
     const Case c{kernel, fa::DType::bf16,    2,   1023, 1024, 6, 2, 128, 128, true, -1,
                  -1,     Layout::contiguous, 1.0f};
     for (int rep = 0; rep < 5; ++rep) {
@@ -284,7 +284,7 @@ TEST(GpuForwardDeterminism, RepeatedRunsAreBitwiseIdentical) {
 // No key at all: every row outputs 0 and LSE -inf (defined by the API, not an error).
 TEST(GpuForwardEdges, SeqlenKZeroGivesZeroAndMinusInf) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2}) {
+  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2, fa::Kernel::fa2}) {
     const Case c{kernel, fa::DType::fp16, 2, 17, 0, 4, 2, 128, 128, false, -1, -1, Layout::padded, 1.0f};
     GpuRun run;
     run_case(c, run_seed(), run);
@@ -333,7 +333,7 @@ TEST(GpuValidation, DeviceRulesRefuseWithoutWriting) {
   p.v.data = v.ptr;
   p.o.data = o.ptr;
   ASSERT_EQ(cudaMemset(o.ptr, 0xFF, n * 2), cudaSuccess);
-  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2}) {
+  for (fa::Kernel kernel : {fa::Kernel::k1, fa::Kernel::k2, fa::Kernel::fa2}) {
     fa::ForwardParams bad = p;
     bad.q.data = host_q.data();
     fa::Status s = fa::forward(bad, kernel);
@@ -347,7 +347,7 @@ TEST(GpuValidation, DeviceRulesRefuseWithoutWriting) {
   std::vector<uint16_t> out(n);
   ASSERT_EQ(cudaMemcpy(out.data(), o.ptr, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   for (uint16_t x : out) ASSERT_EQ(x, 0xFFFF);
-  EXPECT_EQ(fa::select_kernel(p), fa::Kernel::k2);
+  EXPECT_EQ(fa::select_kernel(p), fa::Kernel::fa2);
 }
 
 }  // namespace

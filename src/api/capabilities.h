@@ -22,6 +22,8 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
     case Kernel::k1:
     case Kernel::k2:
       return {.built = true, .min_cc = 80, .hdim_v_differs = true};
+    case Kernel::fa2:
+      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true};
     default:
       return {};
   }

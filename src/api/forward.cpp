@@ -15,6 +15,7 @@ Status forward(const ForwardParams& params, Kernel kernel) {
     case Kernel::cpu: return cpu_forward(problem);
     case Kernel::k1: return k1_forward(problem);
     case Kernel::k2: return k2_forward(problem);
+    case Kernel::fa2: return fa2_forward(problem);
     default: break;
   }
   return {StatusCode::unsupported, std::string("kernel ") + kernel_name(kernel) +

@@ -10,5 +10,6 @@ namespace flashattn {
 Status cpu_forward(const Problem& problem);  // src/reference/cpu_backend.cpp
 Status k1_forward(const Problem& problem);   // src/kernels/k1_naive/launch.cu
 Status k2_forward(const Problem& problem);   // src/kernels/k2_simt/launch.cu
+Status fa2_forward(const Problem& problem);  // src/kernels/fa2_sm80/launch.cu
 
 }  // namespace flashattn

@@ -239,18 +239,21 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
     }
   }
   if (!caps.host) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, current) != cudaSuccess) {
+    // Attribute queries, not cudaGetDeviceProperties: this runs on every call, and the full
+    // property query costs far more than the launch it guards.
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current) != cudaSuccess) {
       (void)cudaGetLastError();
-      return {StatusCode::cuda_error, "cudaGetDeviceProperties failed for the current device"};
+      return {StatusCode::cuda_error, "cudaDeviceGetAttribute failed for the current device"};
     }
-    const int cc = prop.major * 10 + prop.minor;
-    if (cc < caps.min_cc || (caps.max_cc_major != 0 && prop.major > caps.max_cc_major)) {
+    const int cc = major * 10 + minor;
+    if (cc < caps.min_cc || (caps.max_cc_major != 0 && major > caps.max_cc_major)) {
       return unsupported(std::string("kernel ") + kernel_name(kernel) + ": needs compute capability " +
                          std::to_string(caps.min_cc / 10) + "." + std::to_string(caps.min_cc % 10) +
                          (caps.max_cc_major ? " up to " + std::to_string(caps.max_cc_major) + ".x" : "+") +
-                         ", device " + std::to_string(current) + " (" + prop.name + ") is " +
-                         std::to_string(prop.major) + "." + std::to_string(prop.minor));
+                         ", device " + std::to_string(current) + " is " + std::to_string(major) +
+                         "." + std::to_string(minor));
     }
   }
   return Status::success();
@@ -272,8 +275,9 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
 
 Kernel select_kernel(const ForwardParams& p) {
   // Host memory runs on the CPU backend; device memory on the fastest GPU family that accepts it.
-  if (p.q.data != nullptr && locate(p.q.data).host_ok && !locate(p.q.data).device_ok) {
-    return Kernel::cpu;
+  if (p.q.data != nullptr) {
+    const Location q = locate(p.q.data);
+    if (q.host_ok && !q.device_ok) return Kernel::cpu;
   }
   for (Kernel k : kGpuPreference) {
     if (kernel_caps(k).built && can_implement(p, k).ok()) return k;

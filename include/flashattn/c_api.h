@@ -1,0 +1,129 @@
+/* flashattn C API: a stable ABI over flashattn::forward() for front ends that cannot link C++
+ * (the Python package loads it with ctypes, so one shared library serves every Python and torch).
+ *
+ * Rules of the ABI:
+ *   - plain C types of fixed width; enums travel as int32_t with the values below, which equal
+ *     those of the C++ enums (c_api.cpp static_asserts it);
+ *   - flashattn_c_fwd_params starts with `struct_size`: the caller sets it to
+ *     sizeof(flashattn_c_fwd_params) as it was compiled. New fields are only ever appended, so a
+ *     newer library reads an older caller's struct (the missing tail takes its defaults) and an
+ *     older library reads the prefix it knows of a newer caller's struct;
+ *   - every function returns; no C++ exception crosses the boundary (one caught inside is
+ *     reported as FLASHATTN_C_INTERNAL_ERROR);
+ *   - messages go to a caller-owned buffer `err` of `err_len` bytes, always NUL-terminated when
+ *     err_len > 0, truncated when longer.
+ * The fields mean what the same-named fields of flashattn::ForwardParams mean (flashattn.h). */
+#ifndef FLASHATTN_C_API_H_
+#define FLASHATTN_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(FLASHATTN_C_BUILDING)
+#define FLASHATTN_C_EXPORT __attribute__((visibility("default")))
+#else
+#define FLASHATTN_C_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes (flashattn::StatusCode), plus one for an exception caught at the boundary. */
+enum {
+  FLASHATTN_C_OK = 0,
+  FLASHATTN_C_INVALID_ARGUMENT = 1, /* the input breaks a rule; the message names the rule */
+  FLASHATTN_C_UNSUPPORTED = 2,      /* valid, but the kernel or this build lacks the feature */
+  FLASHATTN_C_CUDA_ERROR = 3,       /* a CUDA call failed */
+  FLASHATTN_C_INTERNAL_ERROR = 4    /* an exception inside the library (e.g. out of host memory) */
+};
+
+/* Element types (flashattn::DType). */
+enum { FLASHATTN_C_BF16 = 0, FLASHATTN_C_FP16 = 1 };
+
+/* Kernel families (flashattn::Kernel); flashattn_c_kernel_from_name() maps the names. */
+enum {
+  FLASHATTN_C_KERNEL_AUTO = 0,
+  FLASHATTN_C_KERNEL_CPU = 1,
+  FLASHATTN_C_KERNEL_K1 = 2,
+  FLASHATTN_C_KERNEL_K2 = 3,
+  FLASHATTN_C_KERNEL_FA2 = 4,
+  FLASHATTN_C_KERNEL_K3 = 5,
+  FLASHATTN_C_KERNEL_K4 = 6,
+  FLASHATTN_C_KERNEL_K5 = 7,
+  FLASHATTN_C_KERNEL_K6 = 8,
+  FLASHATTN_C_KERNEL_K7 = 9,
+  FLASHATTN_C_KERNEL_K8 = 10
+};
+
+/* Version 1 of the forward parameters: 64 bytes of 32-bit fields, then 8-byte fields, so that
+ * the layout has no implicit padding (256 bytes on LP64). Strides are in elements, ordered
+ * (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total, heads, dim) and stride[0]
+ * is ignored. */
+typedef struct flashattn_c_fwd_params {
+  uint32_t struct_size; /* sizeof(flashattn_c_fwd_params) as the caller knows it */
+  int32_t dtype;        /* FLASHATTN_C_BF16 or FLASHATTN_C_FP16 */
+  int32_t batch;
+  int32_t seqlen_q; /* with cu_seqlens: the longest query sequence */
+  int32_t seqlen_k; /* with cu_seqlens: the longest key sequence */
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim;
+  int32_t head_dim_v;   /* 0: same as head_dim */
+  float softmax_scale;  /* 0: 1/sqrt(head_dim) */
+  int32_t causal;       /* 0 or 1 */
+  int32_t window_left;  /* -1: unbounded */
+  int32_t window_right; /* -1: unbounded */
+  int32_t total_q;      /* with cu_seqlens: packed query tokens */
+  int32_t total_k;      /* with cu_seqlens: packed key tokens */
+  uint32_t reserved;    /* must be 0 */
+
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse; /* optional fp32 (batch, heads_q, seqlen_q), or (heads_q, total_q) with cu_seqlens */
+  const int32_t* cu_seqlens_q; /* optional, batch + 1 prefix sums */
+  const int32_t* cu_seqlens_k;
+  void* stream; /* cudaStream_t; ignored by the cpu kernel */
+  int64_t q_stride[4];
+  int64_t k_stride[4];
+  int64_t v_stride[4];
+  int64_t o_stride[4];
+} flashattn_c_fwd_params;
+
+/* Validates and runs (asynchronously on `stream` for GPU kernels). Returns a status code. */
+FLASHATTN_C_EXPORT int flashattn_c_forward(const flashattn_c_fwd_params* params, int kernel,
+                                           char* err, size_t err_len);
+
+/* Validates only: FLASHATTN_C_OK when flashattn_c_forward() would run. */
+FLASHATTN_C_EXPORT int flashattn_c_can_implement(const flashattn_c_fwd_params* params, int kernel,
+                                                 char* err, size_t err_len);
+
+/* The family `auto` resolves to for these params, or FLASHATTN_C_KERNEL_AUTO when none can run
+ * (or the params are malformed). */
+FLASHATTN_C_EXPORT int flashattn_c_select_kernel(const flashattn_c_fwd_params* params);
+
+/* "auto", "cpu", "k1", ... -> the kernel id; -1 for an unknown name. */
+FLASHATTN_C_EXPORT int flashattn_c_kernel_from_name(const char* name);
+
+/* The kernel id -> its name (a static string); NULL for an unknown id. */
+FLASHATTN_C_EXPORT const char* flashattn_c_kernel_name(int kernel);
+
+/* 1 when the family is in this build (auto always is), else 0. */
+FLASHATTN_C_EXPORT int flashattn_c_kernel_is_built(int kernel);
+
+/* 1 when the family runs on the host over host memory (cpu), else 0. */
+FLASHATTN_C_EXPORT int flashattn_c_kernel_runs_on_host(int kernel);
+
+/* sizeof(flashattn_c_fwd_params) in this library, for callers that check their mirror. */
+FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
+
+/* The library version, "major.minor.patch" (a static string). */
+FLASHATTN_C_EXPORT const char* flashattn_c_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHATTN_C_API_H_ */

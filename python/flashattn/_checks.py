@@ -1,0 +1,69 @@
+"""Argument checks that need torch (dtypes, devices, ranks, shapes that must agree between
+tensors). Everything the C++ API validates itself (head dims, GQA ratio, windows, strides,
+alignment) is left to it, so that each rule has one home and one message. Pure Python over
+tensor metadata, so torch.compile traces these checks without a graph break.
+"""
+import torch
+
+_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _tensor(name, t, ndim, layout):
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions {layout}, got shape {tuple(t.shape)}")
+
+
+def _same(name, value, want, what):
+    if value != want:
+        raise ValueError(f"{name}: must equal {what} ({want}), got {value}")
+
+
+def _qkv(q, k, v, ndim, layout):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor(name, t, ndim, layout)
+    if q.dtype not in _DTYPES:
+        raise ValueError(f"q.dtype: must be torch.bfloat16 or torch.float16, got {q.dtype}")
+    _same("k.dtype", k.dtype, q.dtype, "q.dtype")
+    _same("v.dtype", v.dtype, q.dtype, "q.dtype")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q.device: must be a CUDA or CPU device, got {q.device}")
+    _same("k.device", k.device, q.device, "q.device")
+    _same("v.device", v.device, q.device, "q.device")
+
+
+def window(window_size):
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(w, int) for w in window_size)):
+        raise ValueError(f"window_size: expected (left, right) integers, got {window_size!r}")
+    return int(window_size[0]), int(window_size[1])
+
+
+def dense(q, k, v):
+    """q (b, sq, hq, d), k (b, sk, hkv, d), v (b, sk, hkv, dv)."""
+    _qkv(q, k, v, 4, "(batch, seqlen, heads, head_dim)")
+    _same("k.shape[0] (batch)", k.shape[0], q.shape[0], "q's batch")
+    _same("k.shape[3] (head_dim)", k.shape[3], q.shape[3], "q's head_dim")
+    _same("v.shape[:3] (batch, seqlen_k, heads_kv)", tuple(v.shape[:3]), tuple(k.shape[:3]),
+          "k's")
+
+
+def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """q (total_q, hq, d), k (total_k, hkv, d), v (total_k, hkv, dv), cu_seqlens int32 (b + 1)."""
+    _qkv(q, k, v, 3, "(total_tokens, heads, head_dim)")
+    _same("k.shape[2] (head_dim)", k.shape[2], q.shape[2], "q's head_dim")
+    _same("v.shape[:2] (total_k, heads_kv)", tuple(v.shape[:2]), tuple(k.shape[:2]), "k's")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        _tensor(name, t, 1, "(batch + 1,)")
+        if t.dtype != torch.int32:
+            raise ValueError(f"{name}.dtype: must be torch.int32, got {t.dtype}")
+        _same(f"{name}.device", t.device, q.device, "q.device")
+    if cu_seqlens_q.shape[0] < 2:
+        raise ValueError("cu_seqlens_q: needs batch + 1 >= 2 entries, got "
+                         f"{cu_seqlens_q.shape[0]}")
+    _same("cu_seqlens_k.shape[0]", cu_seqlens_k.shape[0], cu_seqlens_q.shape[0],
+          "cu_seqlens_q.shape[0]")
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(m, bool) or not isinstance(m, (int, torch.SymInt)) or m < 0:
+            raise ValueError(f"{name}: expected an integer >= 0, got {m!r}")

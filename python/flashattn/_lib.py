@@ -1,0 +1,187 @@
+"""ctypes binding of the C ABI (include/flashattn/c_api.h) in libflashattn_c.so.
+
+The library is looked up, in order, at $FLASHATTN_LIBRARY (a path to the .so: how the tests use
+the CMake build's copy without installing) and beside this file (where the wheel puts it).
+Nothing here imports torch: this layer knows pointers, shapes and strides only.
+"""
+import ctypes
+import os
+import threading
+
+# Status codes of c_api.h.
+OK, INVALID_ARGUMENT, UNSUPPORTED, CUDA_ERROR, INTERNAL_ERROR = 0, 1, 2, 3, 4
+# Element types of c_api.h.
+BF16, FP16 = 0, 1
+
+_LIB_NAME = "libflashattn_c.so"
+_ERR_LEN = 1024
+
+
+class UnsupportedError(ValueError):
+    """A valid request that the chosen kernel or this build cannot run (status `unsupported`).
+
+    A ValueError, so `except ValueError` catches every refusal; catch this class to tell a
+    missing feature ("kernel k1 does not support variable length") from a bad argument.
+    """
+
+
+class Params(ctypes.Structure):
+    """Mirror of flashattn_c_fwd_params, version 1 (256 bytes, no implicit padding)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("heads_q", ctypes.c_int32),
+        ("heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("total_q", ctypes.c_int32),
+        ("total_k", ctypes.c_int32),
+        ("reserved", ctypes.c_uint32),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("q_stride", ctypes.c_int64 * 4),
+        ("k_stride", ctypes.c_int64 * 4),
+        ("v_stride", ctypes.c_int64 * 4),
+        ("o_stride", ctypes.c_int64 * 4),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(Params), **fields)
+
+
+assert ctypes.sizeof(Params) == 256 and Params.q.offset == 64 and Params.q_stride.offset == 128
+
+
+def _declare(lib):
+    P = ctypes.POINTER(Params)
+    sigs = {
+        "flashattn_c_forward": (ctypes.c_int, [P, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_can_implement": (ctypes.c_int,
+                                      [P, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_select_kernel": (ctypes.c_int, [P]),
+        "flashattn_c_kernel_from_name": (ctypes.c_int, [ctypes.c_char_p]),
+        "flashattn_c_kernel_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "flashattn_c_kernel_is_built": (ctypes.c_int, [ctypes.c_int]),
+        "flashattn_c_kernel_runs_on_host": (ctypes.c_int, [ctypes.c_int]),
+        "flashattn_c_fwd_params_size": (ctypes.c_size_t, []),
+        "flashattn_c_version": (ctypes.c_char_p, []),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+
+
+_lib = None
+_lock = threading.Lock()
+
+
+def library_path():
+    """Where the shared library is loaded from (it need not exist)."""
+    env = os.environ.get("FLASHATTN_LIBRARY")
+    if env:
+        return env
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME)
+
+
+def lib():
+    """The loaded library (loaded on first use, so that importing the package never fails)."""
+    global _lib
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                path = library_path()
+                if not os.path.exists(path):
+                    raise ImportError(
+                        f"flashattn: {path} not found. Install the package with `pip install .` "
+                        "from the repository, or point FLASHATTN_LIBRARY at a built "
+                        f"{_LIB_NAME} (build/python/{_LIB_NAME} after `scripts/test.sh`).")
+                handle = ctypes.CDLL(path)
+                _declare(handle)
+                size = handle.flashattn_c_fwd_params_size()
+                if size != ctypes.sizeof(Params):
+                    raise ImportError(
+                        f"flashattn: {path} has flashattn_c_fwd_params of {size} bytes, this "
+                        f"package expects {ctypes.sizeof(Params)}: library and package differ")
+                _lib = handle
+    return _lib
+
+
+def version():
+    return lib().flashattn_c_version().decode()
+
+
+def kernel_id(name):
+    """Kernel id for a name ("auto", "cpu", "k2", ...); ValueError naming the known ones."""
+    if not isinstance(name, str):
+        raise ValueError(f"kernel: expected a kernel name (str), got {type(name).__name__}")
+    k = lib().flashattn_c_kernel_from_name(name.encode())
+    if k < 0:
+        raise ValueError(f"kernel: unknown kernel '{name}' (known: {', '.join(all_kernels())})")
+    return k
+
+
+def kernel_name(k):
+    name = lib().flashattn_c_kernel_name(k)
+    return name.decode() if name is not None else None
+
+
+def all_kernels():
+    """Every kernel family name the library knows, built or not, "auto" first."""
+    names, k = [], 0
+    while (name := kernel_name(k)) is not None:
+        names.append(name)
+        k += 1
+    return names
+
+
+def kernel_is_built(name):
+    return bool(lib().flashattn_c_kernel_is_built(kernel_id(name)))
+
+
+def kernel_runs_on_host(name):
+    return bool(lib().flashattn_c_kernel_runs_on_host(kernel_id(name)))
+
+
+def _raise_for(code, message):
+    if code == OK:
+        return
+    if code == INVALID_ARGUMENT:
+        raise ValueError(message)
+    if code == UNSUPPORTED:
+        raise UnsupportedError(message)
+    if code == CUDA_ERROR:
+        raise RuntimeError(f"flashattn: CUDA error: {message}")
+    raise RuntimeError(f"flashattn: {message} (status {code})")
+
+
+def forward(params, kernel):
+    """Runs flashattn_c_forward; raises ValueError/UnsupportedError/RuntimeError on refusal."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_forward(ctypes.byref(params), kernel, err, _ERR_LEN)
+    _raise_for(code, err.value.decode(errors="replace"))
+
+
+def can_implement(params, kernel):
+    """(code, message) of flashattn_c_can_implement."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_can_implement(ctypes.byref(params), kernel, err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def select_kernel(params):
+    """Name of the family `auto` resolves to for `params` ("auto" when none can run)."""
+    return kernel_name(lib().flashattn_c_select_kernel(ctypes.byref(params)))

@@ -1,0 +1,205 @@
+// The C ABI (include/flashattn/c_api.h) over the C++ API: copies the caller's struct into
+// ForwardParams, calls can_implement()/forward(), and turns the Status into a code and a message.
+// Nothing thrown inside the library may unwind into a C caller (ctypes would abort the process),
+// so every entry point catches everything.
+#include "flashattn/c_api.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <optional>
+#include <string>
+
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+namespace {
+
+// The C constants are the C++ enum values; a renumbering on either side must fail to compile.
+static_assert(FLASHATTN_C_OK == static_cast<int>(StatusCode::ok));
+static_assert(FLASHATTN_C_INVALID_ARGUMENT == static_cast<int>(StatusCode::invalid_argument));
+static_assert(FLASHATTN_C_UNSUPPORTED == static_cast<int>(StatusCode::unsupported));
+static_assert(FLASHATTN_C_CUDA_ERROR == static_cast<int>(StatusCode::cuda_error));
+static_assert(FLASHATTN_C_BF16 == static_cast<int>(DType::bf16));
+static_assert(FLASHATTN_C_FP16 == static_cast<int>(DType::fp16));
+static_assert(FLASHATTN_C_KERNEL_AUTO == static_cast<int>(Kernel::automatic));
+static_assert(FLASHATTN_C_KERNEL_CPU == static_cast<int>(Kernel::cpu));
+static_assert(FLASHATTN_C_KERNEL_K2 == static_cast<int>(Kernel::k2));
+static_assert(FLASHATTN_C_KERNEL_FA2 == static_cast<int>(Kernel::fa2));
+static_assert(FLASHATTN_C_KERNEL_K6 == static_cast<int>(Kernel::k6));
+static_assert(FLASHATTN_C_KERNEL_K8 == static_cast<int>(Kernel::k8));
+static_assert(std::size(kAllKernels) == FLASHATTN_C_KERNEL_K8 + 1);
+
+// Version 1 of the struct; the Python mirror (python/flashattn/_lib.py) checks the same numbers.
+static_assert(sizeof(flashattn_c_fwd_params) == 256);
+static_assert(offsetof(flashattn_c_fwd_params, q) == 64);
+static_assert(offsetof(flashattn_c_fwd_params, q_stride) == 128);
+constexpr size_t kV1Size = sizeof(flashattn_c_fwd_params);
+
+struct Converted {
+  Status status;
+  ForwardParams params;
+};
+
+void write_message(const std::string& msg, char* err, size_t err_len) {
+  if (err == nullptr || err_len == 0) return;
+  const size_t n = std::min(msg.size(), err_len - 1);
+  std::memcpy(err, msg.data(), n);
+  err[n] = '\0';
+}
+
+Status invalid(std::string msg) {
+  return {StatusCode::invalid_argument, std::move(msg)};
+}
+
+void copy_strides(int64_t (&dst)[4], const int64_t (&src)[4]) {
+  std::copy(std::begin(src), std::end(src), std::begin(dst));
+}
+
+Converted convert(const flashattn_c_fwd_params* in) {
+  Converted c;
+  if (in == nullptr) {
+    c.status = invalid("params: must not be null");
+    return c;
+  }
+  // Read only the caller's prefix: a larger struct from a newer caller keeps its unknown tail to
+  // itself; every field of version 1 is required.
+  if (in->struct_size < kV1Size) {
+    c.status = invalid("struct_size: must be at least " + std::to_string(kV1Size) +
+                       " (sizeof flashattn_c_fwd_params), got " + std::to_string(in->struct_size));
+    return c;
+  }
+  flashattn_c_fwd_params p{};
+  std::memcpy(&p, in, std::min<size_t>(in->struct_size, sizeof p));
+  if (p.reserved != 0) {
+    c.status = invalid("reserved: must be 0, got " + std::to_string(p.reserved));
+    return c;
+  }
+  if (p.dtype != FLASHATTN_C_BF16 && p.dtype != FLASHATTN_C_FP16) {
+    c.status = invalid("dtype: must be FLASHATTN_C_BF16 (0) or FLASHATTN_C_FP16 (1), got " +
+                       std::to_string(p.dtype));
+    return c;
+  }
+  if (p.causal != 0 && p.causal != 1) {
+    c.status = invalid("causal: must be 0 or 1, got " + std::to_string(p.causal));
+    return c;
+  }
+  ForwardParams& f = c.params;
+  f.dtype = static_cast<DType>(p.dtype);
+  f.batch = p.batch;
+  f.seqlen_q = p.seqlen_q;
+  f.seqlen_k = p.seqlen_k;
+  f.heads_q = p.heads_q;
+  f.heads_kv = p.heads_kv;
+  f.head_dim = p.head_dim;
+  f.head_dim_v = p.head_dim_v;
+  f.q.data = p.q;
+  f.k.data = p.k;
+  f.v.data = p.v;
+  f.o.data = p.o;
+  copy_strides(f.q.stride, p.q_stride);
+  copy_strides(f.k.stride, p.k_stride);
+  copy_strides(f.v.stride, p.v_stride);
+  copy_strides(f.o.stride, p.o_stride);
+  f.lse = p.lse;
+  f.softmax_scale = p.softmax_scale;
+  f.causal = p.causal != 0;
+  f.window_left = p.window_left;
+  f.window_right = p.window_right;
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_k = p.cu_seqlens_k;
+  f.total_q = p.total_q;
+  f.total_k = p.total_k;
+  f.stream = p.stream;
+  return c;
+}
+
+bool valid_kernel_id(int kernel) {
+  return kernel >= 0 && kernel < static_cast<int>(std::size(kAllKernels));
+}
+
+// Runs `fn(params, kernel)` -> Status behind the checks shared by forward and can_implement.
+template <class Fn>
+int call(const flashattn_c_fwd_params* in, int kernel, char* err, size_t err_len, Fn fn) noexcept {
+  Status s;
+  try {
+    Converted c = convert(in);
+    if (!c.status.ok()) {
+      s = std::move(c.status);
+    } else if (!valid_kernel_id(kernel)) {
+      s = invalid("kernel: unknown kernel id " + std::to_string(kernel));
+    } else {
+      s = fn(c.params, static_cast<Kernel>(kernel));
+    }
+  } catch (const std::exception& e) {
+    write_message(std::string("internal error: ") + e.what(), err, err_len);
+    return FLASHATTN_C_INTERNAL_ERROR;
+  } catch (...) {
+    write_message("internal error: unknown exception", err, err_len);
+    return FLASHATTN_C_INTERNAL_ERROR;
+  }
+  try {
+    write_message(s.message, err, err_len);
+  } catch (...) {  // nothing useful left to report; the code still says what happened
+  }
+  return static_cast<int>(s.code);
+}
+
+}  // namespace
+}  // namespace flashattn
+
+namespace fa = flashattn;
+
+extern "C" {
+
+int flashattn_c_forward(const flashattn_c_fwd_params* params, int kernel, char* err,
+                        size_t err_len) {
+  return fa::call(params, kernel, err, err_len,
+                  [](const fa::ForwardParams& p, fa::Kernel k) { return fa::forward(p, k); });
+}
+
+int flashattn_c_can_implement(const flashattn_c_fwd_params* params, int kernel, char* err,
+                              size_t err_len) {
+  return fa::call(params, kernel, err, err_len,
+                  [](const fa::ForwardParams& p, fa::Kernel k) { return fa::can_implement(p, k); });
+}
+
+int flashattn_c_select_kernel(const flashattn_c_fwd_params* params) {
+  try {
+    fa::Converted c = fa::convert(params);
+    if (!c.status.ok()) return FLASHATTN_C_KERNEL_AUTO;
+    return static_cast<int>(fa::select_kernel(c.params));
+  } catch (...) {
+    return FLASHATTN_C_KERNEL_AUTO;
+  }
+}
+
+int flashattn_c_kernel_from_name(const char* name) {
+  if (name == nullptr) return -1;
+  const std::optional<fa::Kernel> k = fa::parse_kernel(name);
+  return k ? static_cast<int>(*k) : -1;
+}
+
+const char* flashattn_c_kernel_name(int kernel) {
+  return fa::valid_kernel_id(kernel) ? fa::kernel_name(static_cast<fa::Kernel>(kernel)) : nullptr;
+}
+
+int flashattn_c_kernel_is_built(int kernel) {
+  return fa::valid_kernel_id(kernel) && fa::kernel_is_built(static_cast<fa::Kernel>(kernel));
+}
+
+int flashattn_c_kernel_runs_on_host(int kernel) {
+  return fa::valid_kernel_id(kernel) && fa::kernel_runs_on_host(static_cast<fa::Kernel>(kernel));
+}
+
+size_t flashattn_c_fwd_params_size(void) {
+  return sizeof(flashattn_c_fwd_params);
+}
+
+const char* flashattn_c_version(void) {
+  return FLASHATTN_C_VERSION;
+}
+
+}  // extern "C"

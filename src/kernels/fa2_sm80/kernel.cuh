@@ -1,0 +1,288 @@
+// FA2: the FlashAttention-2 forward on tensor cores (mma.sync, cp.async, ldmatrix), sm_80 and up.
+//
+// One thread block owns one (query tile, head_q, sequence). It loads its Q tile once, then walks
+// the key blocks the mask allows, from the last to the first, and for each block runs
+//     S = Q·Kᵀ (mma.sync),  mask,  online softmax (rescale O),  O += P·V (mma.sync)
+// with S and P in registers. Warps tile along M: warp w owns query rows
+// [w·kMFrags·16, (w+1)·kMFrags·16) of the tile for S and O alike, so a row's max and sum are quad
+// shuffles. K and V move through cp.async (tile_size() picks double buffering or FA2's split
+// overlap); the epilogue stages O through shared memory for 16-byte stores.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cute/arch/copy_sm80.hpp>
+
+#include "api/problem.h"
+#include "common/convert.cuh"
+#include "common/mask.h"
+#include "kernels/fa2_sm80/smem_tile.cuh"
+#include "kernels/fa2_sm80/softmax.cuh"
+#include "kernels/fa2_sm80/tile_size.h"
+#include "kernels/fa2_sm80/warp_mma_sm80.cuh"
+
+namespace flashattn::fa2 {
+
+// The largest dynamic shared memory an sm_80 block may opt into (163 KB).
+inline constexpr int kSm80SmemOptin = 163 * 1024;
+
+template <typename Element_, int kHeadDim_, int kHeadDimV_>
+struct Config {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr TileSize kTile = tile_size(kHeadDim, kHeadDimV);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kWarps = kTile.warps;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMFrags = kBlockM / (16 * kWarps);  // m16 tiles per warp
+  static constexpr int kNFrags = kBlockN / 8;              // 8-key tiles of S
+  static constexpr int kOFrags = kHeadDimV / 8;            // 8-column tiles of O
+  // Two blocks of 4 warps per SM: caps registers at 255 per thread, what one block of 8 gets too.
+  static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
+
+  using QTile = SmemTile<kBlockM, kHeadDim>;  // also stages O (Q's layout, first kHeadDimV columns)
+  using KTile = SmemTile<kBlockN, kHeadDim>;
+  using VTile = SmemTile<kBlockN, kHeadDimV>;
+  static constexpr int kSmemBytes = (QTile::kElems + kStages * (KTile::kElems + VTile::kElems)) *
+                                    static_cast<int>(sizeof(Element));
+
+  static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0, "whole m16 / k16 tiles");
+  static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0 && kHeadDimV <= kHeadDim,
+                "k16 steps; O staged in Q's place");
+  static_assert(kStages == 1 || kStages == 2, "single or double K/V buffers");
+  static_assert(kSmemBytes <= kSm80SmemOptin, "every tile plan must run on sm_80");
+};
+
+// Where one thread block's sequence lives: token offsets into the packed (varlen) or padded
+// tensors, and the sequence's own lengths.
+struct SequenceView {
+  int64_t q_offset, k_offset, v_offset, o_offset;  // elements, to the sequence's first token
+  int64_t lse_offset;                              // floats, to (head h, token 0)
+  int len_q, len_k;
+};
+
+__device__ __forceinline__ SequenceView sequence_view(const Problem& p, int b, int h, int h_kv) {
+  SequenceView s;
+  if (p.cu_seqlens_q != nullptr) {  // Problem::varlen() is host-only
+    const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    s.len_q = p.cu_seqlens_q[b + 1] - q0;
+    s.len_k = p.cu_seqlens_k[b + 1] - k0;
+    s.q_offset = q0 * p.q_stride[1];
+    s.k_offset = k0 * p.k_stride[1];
+    s.v_offset = k0 * p.v_stride[1];
+    s.o_offset = q0 * p.o_stride[1];
+    s.lse_offset = static_cast<int64_t>(h) * p.total_q + q0;  // lse is (heads_q, total_q)
+  } else {
+    s.len_q = p.seqlen_q;
+    s.len_k = p.seqlen_k;
+    s.q_offset = b * p.q_stride[0];
+    s.k_offset = b * p.k_stride[0];
+    s.v_offset = b * p.v_stride[0];
+    s.o_offset = b * p.o_stride[0];
+    s.lse_offset = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q;
+  }
+  s.q_offset += h * p.q_stride[2];
+  s.k_offset += h_kv * p.k_stride[2];
+  s.v_offset += h_kv * p.v_stride[2];
+  s.o_offset += h * p.o_stride[2];
+  return s;
+}
+
+// O (already divided by l) rounded to Element, staged in the warp's own rows of the Q tile, then
+// written with 16-byte stores of whole rows; rows past the sequence end are skipped. Warp-private
+// rows make __syncwarp enough: no other warp reads or writes them.
+template <class C>
+__device__ __forceinline__ void store_output(const typename C::Element* q_s_const,
+                                             const Frag (&o)[C::kMFrags][C::kOFrags],
+                                             typename C::Element* out, int64_t row_stride,
+                                             int warp_row0, int valid_rows, int lane) {
+  using Element = typename C::Element;
+  using QTile = typename C::QTile;
+  Element* stage = const_cast<Element*>(q_s_const);
+  const int g = lane / 4, t = lane % 4;
+  __syncwarp();  // the warp's last ldmatrix of these Q rows is done
+#pragma unroll
+  for (int mi = 0; mi < C::kMFrags; ++mi)
+#pragma unroll
+    for (int di = 0; di < C::kOFrags; ++di)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp_row0 + mi * 16 + g + 8 * h;
+        *reinterpret_cast<uint32_t*>(stage + QTile::offset(row, di * 8 + 2 * t)) =
+            pack2<Element>(o[mi][di][2 * h], o[mi][di][2 * h + 1]);
+      }
+  __syncwarp();
+  constexpr int kChunksPerRow = C::kHeadDimV / 8;
+  constexpr int kChunks = C::kMFrags * 16 * kChunksPerRow;
+  static_assert(kChunks % 32 == 0, "whole chunks per lane");
+#pragma unroll
+  for (int i = 0; i < kChunks / 32; ++i) {
+    const int idx = lane + 32 * i;
+    const int row = warp_row0 + idx / kChunksPerRow;
+    const int col = idx % kChunksPerRow * 8;
+    if (row < valid_rows) {
+      *reinterpret_cast<uint4*>(out + row * row_stride + col) =
+          *reinterpret_cast<const uint4*>(stage + QTile::offset(row, col));
+    }
+  }
+}
+
+// 1-D grid, query tile slowest and counted down from the last: under a causal mask the longest
+// tiles start first and the short ones fill the tail.
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(const Problem p) {
+  using Element = typename C::Element;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
+  constexpr int kMFrags = C::kMFrags, kNFrags = C::kNFrags, kOFrags = C::kOFrags;
+  using QTile = typename C::QTile;
+  using KTile = typename C::KTile;
+  using VTile = typename C::VTile;
+
+  extern __shared__ uint4 smem[];  // 16-byte aligned: cp.async and ldmatrix move 16-byte chunks
+  Element* q_s = reinterpret_cast<Element*>(smem);
+  Element* k_s = q_s + QTile::kElems;
+  Element* v_s = k_s + kStages * KTile::kElems;
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int bh_count = p.batch * p.heads_q;
+  const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int m_block = m_blocks - 1 - static_cast<int>(blockIdx.x) / bh_count;
+  const int bh = static_cast<int>(blockIdx.x) % bh_count;
+  const int b = bh / p.heads_q, h = bh % p.heads_q;
+
+  const SequenceView seq = sequence_view(p, b, h, h / p.group);
+  const int row0 = m_block * kBlockM;
+  if (row0 >= seq.len_q) return;  // varlen: this sequence is shorter than the longest
+  const int rows = min(kBlockM, seq.len_q - row0);
+  Mask mask = p.mask;  // bottom-right aligned on this sequence's own lengths
+  mask.seqlen_q = seq.len_q;
+  mask.seqlen_k = seq.len_k;
+
+  const Element* q = static_cast<const Element*>(p.q) + seq.q_offset + row0 * p.q_stride[1];
+  const Element* k = static_cast<const Element*>(p.k) + seq.k_offset;
+  const Element* v = static_cast<const Element*>(p.v) + seq.v_offset;
+  const auto load_k = [&](int buf, int key0) {
+    copy_tile_async<Element, kBlockN, C::kHeadDim, C::kThreads>(
+        k_s + buf * KTile::kElems, k + key0 * p.k_stride[1], p.k_stride[1], seq.len_k - key0, tid);
+  };
+  const auto load_v = [&](int buf, int key0) {
+    copy_tile_async<Element, kBlockN, C::kHeadDimV, C::kThreads>(
+        v_s + buf * VTile::kElems, v + key0 * p.v_stride[1], p.v_stride[1], seq.len_k - key0, tid);
+  };
+
+  // Key blocks are aligned to kBlockN from key 0, so interior blocks of a causal or window mask
+  // pass tile_all_visible and skip element masking.
+  int key_lo = 0, key_hi = 0;
+  mask.key_range(row0, row0 + rows, key_lo, key_hi);
+  const int n_first = key_lo / kBlockN;
+  const int n_end = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : n_first;
+  const int num_blocks = n_end - n_first;
+
+  // A negative softmax scale flips the sign of S so that the running max stays a max.
+  const bool negate = p.scale_log2 < 0.f;
+  const float scale_log2 = fabsf(p.scale_log2);
+  const int warp_row0 = warp * kMFrags * 16;
+
+  Frag o[kMFrags][kOFrags];
+#pragma unroll
+  for (int mi = 0; mi < kMFrags; ++mi)
+#pragma unroll
+    for (int di = 0; di < kOFrags; ++di)
+      o[mi][di][0] = o[mi][di][1] = o[mi][di][2] = o[mi][di][3] = 0.f;
+  OnlineSoftmax<kMFrags> softmax;
+  const LaneOffsets<QTile> q_offsets = a_offsets<QTile>(lane);
+  const LaneOffsets<KTile> k_offsets = b_nk_offsets<KTile>(lane);
+  const LaneOffsets<VTile> v_offsets = b_kn_offsets<VTile>(lane);
+
+  if (num_blocks > 0) {
+    copy_tile_async<Element, kBlockM, C::kHeadDim, C::kThreads>(q_s, q, p.q_stride[1], rows, tid);
+    load_k(0, (n_end - 1) * kBlockN);
+    cute::cp_async_fence();
+    if constexpr (kStages == 2) {
+      load_v(0, (n_end - 1) * kBlockN);
+      cute::cp_async_fence();
+    }
+  }
+  // Blocks from the last down: the ragged end and the causal diagonal come first.
+  for (int i = 0; i < num_blocks; ++i) {
+    const int key0 = (n_end - 1 - i) * kBlockN;
+    const int next_key0 = key0 - kBlockN;
+    const bool has_next = i + 1 < num_blocks;
+    const int buf = kStages == 2 ? i % 2 : 0;
+    // Commit groups in flight, oldest first. Two stages: K_i, V_i here; one stage: K_i.
+    if constexpr (kStages == 2) {
+      cute::cp_async_wait<1>();  // K_i landed (V_i may still be in flight)
+      __syncthreads();           // ... for every thread; and block i-1 is done with buffer buf^1
+      if (has_next) load_k(buf ^ 1, next_key0);
+    } else {
+      cute::cp_async_wait<0>();  // K_i landed
+      __syncthreads();           // ... for every thread; and block i-1 is done with V
+      load_v(0, key0);
+    }
+    cute::cp_async_fence();
+
+    Frag s[kMFrags][kNFrags];
+#pragma unroll
+    for (int mi = 0; mi < kMFrags; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNFrags; ++ni)
+        s[mi][ni][0] = s[mi][ni][1] = s[mi][ni][2] = s[mi][ni][3] = 0.f;
+    gemm_qk<Element, QTile, KTile, kMFrags, kNFrags, C::kHeadDim>(
+        s, q_s, q_offsets, k_s + buf * KTile::kElems, k_offsets, warp_row0);
+    if (negate) {
+#pragma unroll
+      for (int mi = 0; mi < kMFrags; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kNFrags; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mi][ni][e] = -s[mi][ni][e];
+    }
+    // Element masking only where the block is not wholly visible (mask edges, ragged end).
+    if (!mask.tile_all_visible(row0, row0 + rows, key0, key0 + kBlockN)) {
+      apply_mask(s, mask, row0 + warp_row0, key0, lane);
+    }
+
+    if constexpr (kStages == 2) {
+      softmax.template update<C::kTile.lazy_rescale>(s, o, scale_log2);
+      cute::cp_async_wait<1>();  // V_i landed (K_i+1 may still be in flight)
+      __syncthreads();
+      if (has_next) load_v(buf ^ 1, next_key0);
+      cute::cp_async_fence();
+    } else {
+      cute::cp_async_wait<0>();  // V_i landed
+      __syncthreads();           // ... and every warp is done reading K_i
+      if (has_next) load_k(0, next_key0);
+      cute::cp_async_fence();
+      softmax.template update<C::kTile.lazy_rescale>(s, o, scale_log2);
+    }
+
+    uint32_t pf[kMFrags][kNFrags / 2][4];
+    convert_p<Element>(s, pf);
+    gemm_pv<Element, VTile, kMFrags, kNFrags, kOFrags>(o, pf, v_s + buf * VTile::kElems, v_offsets);
+  }
+
+  float lse[kMFrags][2];
+  softmax.finalize(o, scale_log2, lse);
+  // The output offsets are recomputed rather than kept live through the key loop (registers).
+  const SequenceView out_seq = sequence_view(p, b, h, 0);
+  Element* out = static_cast<Element*>(p.o) + out_seq.o_offset + row0 * p.o_stride[1];
+  store_output<C>(q_s, o, out, p.o_stride[1], warp_row0, rows, lane);
+  if (p.lse != nullptr && lane % 4 == 0) {
+    float* lse_out = p.lse + out_seq.lse_offset + row0;
+#pragma unroll
+    for (int mi = 0; mi < kMFrags; ++mi)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = warp_row0 + mi * 16 + lane / 4 + 8 * hh;
+        if (row < rows) lse_out[row] = lse[mi][hh];
+      }
+  }
+}
+
+}  // namespace flashattn::fa2

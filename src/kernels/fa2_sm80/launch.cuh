@@ -1,0 +1,62 @@
+// Host side of FA2, templated on (element type, head_dim, head_dim_v). Each instantiation lives in
+// its own file in inst/ (listed below as extern templates); launch.cu dispatches to them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "api/problem.h"
+#include "common/cuda_check.h"
+#include "kernels/fa2_sm80/kernel.cuh"
+
+namespace flashattn::fa2 {
+
+template <typename Element, int kHeadDim, int kHeadDimV>
+Status run_forward(const Problem& p) {
+  using C = Config<Element, kHeadDim, kHeadDimV>;
+  const int64_t m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+  const int64_t blocks = m_blocks * p.batch * p.heads_q;
+  if (blocks > INT_MAX) {
+    return {StatusCode::unsupported, "fa2: batch * heads_q * ceil(seqlen_q / " +
+                                         std::to_string(C::kBlockM) +
+                                         ") exceeds the launch grid (2^31 - 1 blocks)"};
+  }
+  // Every tile plan fits sm_80's 163 KB; sm_86/89 allow 99 KB per block, too little for the
+  // larger head dims: say so instead of failing the attribute call with a bare CUDA error.
+  int device = 0, smem_optin = 0;
+  FA_CUDA_TRY(cudaGetDevice(&device));
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (C::kSmemBytes > smem_optin) {
+    return {StatusCode::unsupported, "fa2: head_dim " + std::to_string(kHeadDim) + " needs " +
+                                         std::to_string(C::kSmemBytes / 1024) +
+                                         " KB of shared memory per block; this device allows " +
+                                         std::to_string(smem_optin / 1024) + " KB"};
+  }
+  const auto kernel = fwd_kernel<C>;
+  // The attribute is per device, so it is set at every launch rather than cached (a cheap call).
+  FA_CUDA_TRY(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes,
+           static_cast<cudaStream_t>(p.stream)>>>(p);
+  FA_CUDA_LAUNCH_CHECK("fa2 fwd_kernel");
+  return Status::success();
+}
+
+extern template Status run_forward<__nv_bfloat16, 64, 64>(const Problem&);
+extern template Status run_forward<__nv_bfloat16, 96, 96>(const Problem&);
+extern template Status run_forward<__nv_bfloat16, 128, 128>(const Problem&);
+extern template Status run_forward<__nv_bfloat16, 192, 192>(const Problem&);
+extern template Status run_forward<__nv_bfloat16, 192, 128>(const Problem&);
+extern template Status run_forward<__nv_bfloat16, 256, 256>(const Problem&);
+extern template Status run_forward<__half, 64, 64>(const Problem&);
+extern template Status run_forward<__half, 96, 96>(const Problem&);
+extern template Status run_forward<__half, 128, 128>(const Problem&);
+extern template Status run_forward<__half, 192, 192>(const Problem&);
+extern template Status run_forward<__half, 192, 128>(const Problem&);
+extern template Status run_forward<__half, 256, 256>(const Problem&);
+
+}  // namespace flashattn::fa2

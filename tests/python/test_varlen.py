@@ -1,0 +1,46 @@
+"""flash_attn_varlen_func: argument checks and the refusal of families without variable-length
+support run everywhere; the GPU comparison against per-sequence attention lives in test_gpu.py."""
+import pytest
+import torch
+
+from flashattn import UnsupportedError, flash_attn_varlen_func
+
+
+def packed(total_q=48, total_k=80, hq=4, hkv=2, d=64):
+    return (torch.randn(total_q, hq, d).bfloat16(), torch.randn(total_k, hkv, d).bfloat16(),
+            torch.randn(total_k, hkv, d).bfloat16())
+
+
+CU_Q = torch.tensor([0, 20, 20, 48], dtype=torch.int32)
+CU_K = torch.tensor([0, 30, 50, 80], dtype=torch.int32)
+
+
+def test_cpu_kernel_refuses_varlen_with_the_library_message():
+    q, k, v = packed()
+    with pytest.raises(UnsupportedError, match=r"cu_seqlens_q: kernel cpu does not support "
+                                               r"variable length"):
+        flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 28, 30)
+    with pytest.raises(ValueError, match="does not support variable length"):
+        flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 28, 30, causal=True, kernel="cpu")
+
+
+def test_argument_checks():
+    q, k, v = packed()
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\.dtype: must be torch\.int32"):
+        flash_attn_varlen_func(q, k, v, CU_Q.long(), CU_K, 28, 30)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k\.shape\[0\]: must equal"):
+        flash_attn_varlen_func(q, k, v, CU_Q, CU_K[:3], 28, 30)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: needs batch \+ 1 >= 2"):
+        flash_attn_varlen_func(q, k, v, CU_Q[:1], CU_K[:1], 28, 30)
+    with pytest.raises(ValueError, match=r"q: expected 3 dimensions \(total_tokens"):
+        flash_attn_varlen_func(q[None], k, v, CU_Q, CU_K, 28, 30)
+    with pytest.raises(ValueError, match=r"max_seqlen_k: expected an integer >= 0"):
+        flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 28, -1)
+    with pytest.raises(ValueError, match=r"v\.shape\[:2\] \(total_k, heads_kv\)"):
+        flash_attn_varlen_func(q, k, v[:10], CU_Q, CU_K, 28, 30)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\.device: must equal q\.device"):
+        flash_attn_varlen_func(q, k, v, CU_Q.to("meta"), CU_K, 28, 30)
+    with pytest.raises(ValueError, match=r"heads_q: must be a multiple of heads_kv"):
+        q6 = torch.randn(48, 6, 64).bfloat16()
+        flash_attn_varlen_func(q6, torch.randn(80, 4, 64).bfloat16(),
+                               torch.randn(80, 4, 64).bfloat16(), CU_Q, CU_K, 28, 30)
