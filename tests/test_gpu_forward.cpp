@@ -16,41 +16,15 @@
 
 #include "flashattn/flashattn.h"
 #include "flashattn/reference.h"
+#include "gpu_test_util.h"
 
 namespace fa = flashattn;
 
 namespace {
 
-bool have_gpu() {
-  static const bool ok = [] {
-    int n = 0;
-    const bool r = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-    (void)cudaGetLastError();
-    return r;
-  }();
-  return ok;
-}
-
-uint64_t run_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("FLASHATTN_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::cout << "[gpu tests] seed " << s << " (set FLASHATTN_SEED to repeat)\n";
-    return s;
-  }();
-  return seed;
-}
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) {
-    if (cudaMalloc(&ptr, n ? n : 16) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using flashattn::testing::DeviceBuffer;
+using flashattn::testing::have_gpu;
+using flashattn::testing::run_seed;
 
 enum class Layout { contiguous, padded, heads_major };
 

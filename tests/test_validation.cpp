@@ -14,17 +14,13 @@
 
 #include "flashattn/flashattn.h"
 #include "flashattn/reference.h"
+#include "gpu_test_util.h"
 
 namespace fa = flashattn;
 
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  (void)cudaGetLastError();
-  return ok;
-}
+using flashattn::testing::have_gpu;
 
 // Host buffers for a small valid problem, with 16-byte aligned storage.
 struct HostProblem {
