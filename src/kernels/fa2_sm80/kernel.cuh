@@ -41,7 +41,8 @@ struct Config {
   static constexpr int kStages = kTile.stages;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMFrags = kBlockM / (16 * kWarps);  // m16 tiles per warp
-  static constexpr int kNFrags = kBlockN / 8;              // 8-key tiles of S
+  static constexpr int kStepN = kTile.step_n;              // keys per S = Q·Kᵀ ... P·V step
+  static constexpr int kNFrags = kStepN / 8;               // 8-key tiles of S
   static constexpr int kOFrags = kHeadDimV / 8;            // 8-column tiles of O
   // Two blocks of 4 warps per SM: caps registers at 255 per thread, what one block of 8 gets too.
   static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
@@ -52,10 +53,12 @@ struct Config {
   static constexpr int kSmemBytes = (QTile::kElems + kStages * (KTile::kElems + VTile::kElems)) *
                                     static_cast<int>(sizeof(Element));
 
-  static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0, "whole m16 / k16 tiles");
+  static_assert(kBlockM % (16 * kWarps) == 0 && kStepN % 16 == 0 && kBlockN % kStepN == 0,
+                "whole m16 / k16 tiles, whole steps per key block");
   static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0 && kHeadDimV <= kHeadDim,
                 "k16 steps; O staged in Q's place");
   static_assert(kStages == 1 || kStages == 2, "single or double K/V buffers");
+  static_assert(kStages == 2 || kStepN == kBlockN, "one stage reloads K during the block's step");
   static_assert(kSmemBytes <= kSm80SmemOptin, "every tile plan must run on sm_80");
 };
 
@@ -133,12 +136,42 @@ __device__ __forceinline__ void store_output(const typename C::Element* q_s_cons
   }
 }
 
-// 1-D grid, query tile slowest and counted down from the last: under a causal mask the longest
-// tiles start first and the short ones fill the tail.
+// What a thread block owns: query tile row0 of head h of sequence b, query tiles counted down
+// from the last, so that under a causal mask the longest tiles start first and the short ones
+// fill the tail. (A dense-mask order with the query tile fastest, as FA2 uses for L2 reuse of
+// K/V, measured small: d128 s1024 301 -> 305 TFLOP/s in one run, s4096 unchanged; it was left
+// out until it is re-tested on the device.) %ctaid is read through
+// asm volatile so that the epilogue's second call reads it again: with one read, ptxas kept b, h
+// and row0 (and what derives from them) live through the key loop, registers the 128 x 64 tiles
+// do not have.
+struct BlockCoords {
+  int row0, b, h;
+};
+template <int kBlockM>
+__device__ __forceinline__ BlockCoords block_coords(const Problem& p) {
+  unsigned block;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));
+  // Query tiles from the last one down, every (sequence, head) of a tile before the next tile:
+  // under a causal mask the longest tiles start first.
+  const int bh_count = p.batch * p.heads_q;
+  const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int m = static_cast<int>(block) / bh_count;
+  const int bh = static_cast<int>(block) % bh_count;
+  return {(m_blocks - 1 - m) * kBlockM, bh / p.heads_q, bh % p.heads_q};
+}
+// threadIdx.x, read again for the same reason.
+__device__ __forceinline__ int thread_index() {
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return static_cast<int>(tid);
+}
+
+// 1-D grid over (query tile, sequence, head); block_coords() gives the order.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(const Problem p) {
   using Element = typename C::Element;
-  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStepN = C::kStepN;
+  constexpr int kStages = C::kStages;
   constexpr int kMFrags = C::kMFrags, kNFrags = C::kNFrags, kOFrags = C::kOFrags;
   using QTile = typename C::QTile;
   using KTile = typename C::KTile;
@@ -149,15 +182,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
   Element* k_s = q_s + QTile::kElems;
   Element* v_s = k_s + kStages * KTile::kElems;
 
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const int bh_count = p.batch * p.heads_q;
-  const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int m_block = m_blocks - 1 - static_cast<int>(blockIdx.x) / bh_count;
-  const int bh = static_cast<int>(blockIdx.x) % bh_count;
-  const int b = bh / p.heads_q, h = bh % p.heads_q;
-
+  const int tid = thread_index(), lane = tid % 32, warp = tid / 32;
+  const BlockCoords coords = block_coords<kBlockM>(p);
+  const int b = coords.b, h = coords.h, row0 = coords.row0;
   const SequenceView seq = sequence_view(p, b, h, h / p.group);
-  const int row0 = m_block * kBlockM;
   if (row0 >= seq.len_q) return;  // varlen: this sequence is shorter than the longest
   const int rows = min(kBlockM, seq.len_q - row0);
   Mask mask = p.mask;  // bottom-right aligned on this sequence's own lengths
@@ -167,13 +195,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
   const Element* q = static_cast<const Element*>(p.q) + seq.q_offset + row0 * p.q_stride[1];
   const Element* k = static_cast<const Element*>(p.k) + seq.k_offset;
   const Element* v = static_cast<const Element*>(p.v) + seq.v_offset;
-  const auto load_k = [&](int buf, int key0) {
+  // Only the last key block can be ragged, and it is loaded first: every `next` block is whole,
+  // and passing kBlockN folds away the row predicates and pointer clamps in the key loop.
+  const auto load_k = [&](int buf, int key0, int valid_rows) {
     copy_tile_async<Element, kBlockN, C::kHeadDim, C::kThreads>(
-        k_s + buf * KTile::kElems, k + key0 * p.k_stride[1], p.k_stride[1], seq.len_k - key0, tid);
+        k_s + buf * KTile::kElems, k + key0 * p.k_stride[1], p.k_stride[1], valid_rows, tid);
   };
-  const auto load_v = [&](int buf, int key0) {
+  const auto load_v = [&](int buf, int key0, int valid_rows) {
     copy_tile_async<Element, kBlockN, C::kHeadDimV, C::kThreads>(
-        v_s + buf * VTile::kElems, v + key0 * p.v_stride[1], p.v_stride[1], seq.len_k - key0, tid);
+        v_s + buf * VTile::kElems, v + key0 * p.v_stride[1], p.v_stride[1], valid_rows, tid);
   };
 
   // Key blocks are aligned to kBlockN from key 0, so interior blocks of a causal or window mask
@@ -183,6 +213,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
   const int n_first = key_lo / kBlockN;
   const int n_end = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : n_first;
   const int num_blocks = n_end - n_first;
+
+  // Blocks of keys [key0, key0 + kBlockN) with full_lo <= key0 and key0 + kBlockN <= full_hi are
+  // visible to every row of the tile (Mask::tile_all_visible as two compares) and skip element
+  // masking. diag0: the diagonal of the thread's first row, less its first key column 2t.
+  const int full_lo = mask.key_begin(row0 + rows - 1), full_hi = mask.key_end(row0);
+  const int diag0 = mask.diagonal(row0 + warp * kMFrags * 16 + lane / 4) - 2 * (lane % 4);
 
   // A negative softmax scale flips the sign of S so that the running max stays a max.
   const bool negate = p.scale_log2 < 0.f;
@@ -202,85 +238,108 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
 
   if (num_blocks > 0) {
     copy_tile_async<Element, kBlockM, C::kHeadDim, C::kThreads>(q_s, q, p.q_stride[1], rows, tid);
-    load_k(0, (n_end - 1) * kBlockN);
+    load_k(0, (n_end - 1) * kBlockN, seq.len_k - (n_end - 1) * kBlockN);
+    if constexpr (kStages == 2) load_v(0, (n_end - 1) * kBlockN, seq.len_k - (n_end - 1) * kBlockN);
     cute::cp_async_fence();
-    if constexpr (kStages == 2) {
-      load_v(0, (n_end - 1) * kBlockN);
-      cute::cp_async_fence();
-    }
   }
+  // The threads' own source chunks of the last block loaded (two stages; stepped down per block).
+  const Element* k_next =
+      k + (n_end - 1) * kBlockN * p.k_stride[1] +
+      CopyPlan<kBlockN, C::kHeadDim, C::kThreads>::src_offset(p.k_stride[1], tid);
+  const Element* v_next =
+      v + (n_end - 1) * kBlockN * p.v_stride[1] +
+      CopyPlan<kBlockN, C::kHeadDimV, C::kThreads>::src_offset(p.v_stride[1], tid);
   // Blocks from the last down: the ragged end and the causal diagonal come first.
   for (int i = 0; i < num_blocks; ++i) {
     const int key0 = (n_end - 1 - i) * kBlockN;
     const int next_key0 = key0 - kBlockN;
     const bool has_next = i + 1 < num_blocks;
     const int buf = kStages == 2 ? i % 2 : 0;
-    // Commit groups in flight, oldest first. Two stages: K_i, V_i here; one stage: K_i.
+    // Two stages: one commit group per block (K_i and V_i, one barrier per block), and block i+1
+    // is loaded at the top of block i, where only O is live: issued after the softmax (S and O
+    // live), the V copies' 64-bit address arithmetic cost the registers the 128 x 64 tiles lack.
+    // One stage: K_i in flight here.
     if constexpr (kStages == 2) {
-      cute::cp_async_wait<1>();  // K_i landed (V_i may still be in flight)
+      cute::cp_async_wait<0>();  // K_i and V_i landed
       __syncthreads();           // ... for every thread; and block i-1 is done with buffer buf^1
-      if (has_next) load_k(buf ^ 1, next_key0);
+      if (has_next) {
+        k_next -= kBlockN * p.k_stride[1];
+        v_next -= kBlockN * p.v_stride[1];
+        copy_whole_tile_async<Element, kBlockN, C::kHeadDim, C::kThreads>(
+            k_s + (buf ^ 1) * KTile::kElems, k_next, p.k_stride[1], tid);
+        copy_whole_tile_async<Element, kBlockN, C::kHeadDimV, C::kThreads>(
+            v_s + (buf ^ 1) * VTile::kElems, v_next, p.v_stride[1], tid);
+      }
     } else {
       cute::cp_async_wait<0>();  // K_i landed
       __syncthreads();           // ... for every thread; and block i-1 is done with V
-      load_v(0, key0);
+      load_v(0, key0, seq.len_k - key0);
     }
     cute::cp_async_fence();
 
-    Frag s[kMFrags][kNFrags];
-#pragma unroll
-    for (int mi = 0; mi < kMFrags; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNFrags; ++ni)
-        s[mi][ni][0] = s[mi][ni][1] = s[mi][ni][2] = s[mi][ni][3] = 0.f;
-    gemm_qk<Element, QTile, KTile, kMFrags, kNFrags, C::kHeadDim>(
-        s, q_s, q_offsets, k_s + buf * KTile::kElems, k_offsets, warp_row0);
-    if (negate) {
+    // The block's keys in steps of kStepN under the one barrier above: S of a step is what must
+    // fit in registers beside O, the barrier and copy issue are paid once per kBlockN keys.
+#pragma unroll 1
+    for (int step = 0; step < kBlockN / kStepN; ++step) {
+      const int skey0 = key0 + step * kStepN;
+      Frag s[kMFrags][kNFrags];
 #pragma unroll
       for (int mi = 0; mi < kMFrags; ++mi)
 #pragma unroll
         for (int ni = 0; ni < kNFrags; ++ni)
+          s[mi][ni][0] = s[mi][ni][1] = s[mi][ni][2] = s[mi][ni][3] = 0.f;
+      // Rows step·kStepN.. of a swizzled tile: whole 8-row groups, so a plain offset per panel.
+      gemm_qk<Element, QTile, KTile, kMFrags, kNFrags, C::kHeadDim>(
+          s, q_s, q_offsets, k_s + buf * KTile::kElems + step * kStepN * KTile::kPanel, k_offsets,
+          warp_row0);
+      if (negate) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mi][ni][e] = -s[mi][ni][e];
-    }
-    // Element masking only where the block is not wholly visible (mask edges, ragged end).
-    if (!mask.tile_all_visible(row0, row0 + rows, key0, key0 + kBlockN)) {
-      apply_mask(s, mask, row0 + warp_row0, key0, lane);
-    }
+        for (int mi = 0; mi < kMFrags; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < kNFrags; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mi][ni][e] = -s[mi][ni][e];
+      }
+      // Element masking only where the step is not wholly visible (mask edges, ragged end).
+      if (skey0 < full_lo || skey0 + kStepN > full_hi) {
+        apply_mask(s, p.mask, skey0 - diag0, seq.len_k - skey0 - 2 * (lane % 4));
+      }
 
-    if constexpr (kStages == 2) {
-      softmax.template update<C::kTile.lazy_rescale>(s, o, scale_log2);
-      cute::cp_async_wait<1>();  // V_i landed (K_i+1 may still be in flight)
-      __syncthreads();
-      if (has_next) load_v(buf ^ 1, next_key0);
-      cute::cp_async_fence();
-    } else {
-      cute::cp_async_wait<0>();  // V_i landed
-      __syncthreads();           // ... and every warp is done reading K_i
-      if (has_next) load_k(0, next_key0);
-      cute::cp_async_fence();
-      softmax.template update<C::kTile.lazy_rescale>(s, o, scale_log2);
-    }
+      if constexpr (kStages == 2) {
+        softmax.template update<C::kTile.lazy_rescale>(s, o, scale_log2);
+      } else {
+        cute::cp_async_wait<0>();  // V_i landed
+        __syncthreads();           // ... and every warp is done reading K_i
+        if (has_next) load_k(0, next_key0, kBlockN);
+        cute::cp_async_fence();
+        softmax.template update<C::kTile.lazy_rescale>(s, o, scale_log2);
+      }
 
-    uint32_t pf[kMFrags][kNFrags / 2][4];
-    convert_p<Element>(s, pf);
-    gemm_pv<Element, VTile, kMFrags, kNFrags, kOFrags>(o, pf, v_s + buf * VTile::kElems, v_offsets);
+      uint32_t pf[kMFrags][kNFrags / 2][4];
+      convert_p<Element>(s, pf);
+      gemm_pv<Element, VTile, kMFrags, kNFrags, kOFrags>(
+          o, pf, v_s + buf * VTile::kElems + step * kStepN * VTile::kPanel, v_offsets);
+    }
   }
 
   float lse[kMFrags][2];
   softmax.finalize(o, scale_log2, lse);
-  // The output offsets are recomputed rather than kept live through the key loop (registers).
-  const SequenceView out_seq = sequence_view(p, b, h, 0);
-  Element* out = static_cast<Element*>(p.o) + out_seq.o_offset + row0 * p.o_stride[1];
-  store_output<C>(q_s, o, out, p.o_stride[1], warp_row0, rows, lane);
-  if (p.lse != nullptr && lane % 4 == 0) {
-    float* lse_out = p.lse + out_seq.lse_offset + row0;
+  // Everything the epilogue needs besides O, l, m is recomputed rather than kept live through the
+  // key loop (registers).
+  const BlockCoords out_coords = block_coords<kBlockM>(p);
+  const SequenceView out_seq = sequence_view(p, out_coords.b, out_coords.h, 0);
+  const int out_row0 = out_coords.row0, out_rows = min(kBlockM, out_seq.len_q - out_row0);
+  const int out_lane = thread_index() % 32, out_warp_row0 = thread_index() / 32 * kMFrags * 16;
+  Element* out = static_cast<Element*>(p.o) + out_seq.o_offset + out_row0 * p.o_stride[1];
+  store_output<C>(q_s, o, out, p.o_stride[1], out_warp_row0, out_rows, out_lane);
+  if (p.lse != nullptr && out_lane % 4 == 0) {
+    float* lse_out = p.lse + out_seq.lse_offset + out_row0;
 #pragma unroll
     for (int mi = 0; mi < kMFrags; ++mi)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int row = warp_row0 + mi * 16 + lane / 4 + 8 * hh;
-        if (row < rows) lse_out[row] = lse[mi][hh];
+        const int row = out_warp_row0 + mi * 16 + out_lane / 4 + 8 * hh;
+        if (row < out_rows) lse_out[row] = lse[mi][hh];
       }
   }
 }

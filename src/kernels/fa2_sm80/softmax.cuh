@@ -6,6 +6,7 @@
 // per-thread partial until the end (one quad reduction, in finalize()).
 #pragma once
 
+#include <climits>
 #include <cmath>
 
 #include "common/convert.cuh"
@@ -16,25 +17,29 @@ namespace flashattn::fa2 {
 
 inline constexpr float kLn2 = 0.6931471805599453f;
 
-// Sets S to -inf where mask hides (row, key). row0: the first row of the thread's first m16 tile
-// (before + g); key0: the block's first key. Per row, the visible keys are one interval
-// [key_begin, key_end) of the shared Mask, so each element costs two compares.
+// Sets S to -inf where mask hides (row, key). Per row the visible keys are one interval of the
+// shared Mask: key - diagonal(row) in [lo, hi] (lo = -left, hi = right; unbounded when -1) and
+// key < seqlen_k. rel0 = key0 + 2t - diagonal(row of the thread's first m16 tile, + g), computed
+// per key block by the caller, so every per-row bound is rel0 minus a compile-time constant:
+// with per-row [key_begin, key_end) instead, ptxas hoisted 2 x 2 x kMFrags bounds out of the key
+// loop and kept them live (registers the 128 x 64 tile did not have). lo, hi come from the
+// kernel parameters (uniform registers); keys_left = seqlen_k - key0 - 2t.
 template <int kMFrags, int kNFrags>
-__device__ __forceinline__ void apply_mask(Frag (&s)[kMFrags][kNFrags], const Mask& mask, int row0,
-                                           int key0, int lane) {
-  const int g = lane / 4, t = lane % 4;
+__device__ __forceinline__ void apply_mask(Frag (&s)[kMFrags][kNFrags], const Mask& mask, int rel0,
+                                           int keys_left) {
+  const int lo = mask.left < 0 ? INT_MIN : -mask.left;
+  const int hi = mask.right < 0 ? INT_MAX : mask.right;
 #pragma unroll
   for (int mi = 0; mi < kMFrags; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = row0 + mi * 16 + g + 8 * h;
-      const int begin = mask.key_begin(row), end = mask.key_end(row);
+      const int rel_row = rel0 - mi * 16 - 8 * h;
 #pragma unroll
       for (int ni = 0; ni < kNFrags; ++ni)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int key = key0 + ni * 8 + 2 * t + e;
-          if (key < begin || key >= end) s[mi][ni][2 * h + e] = -INFINITY;
+          const int rel = rel_row + ni * 8 + e;
+          if (rel < lo || rel > hi || ni * 8 + e >= keys_left) s[mi][ni][2 * h + e] = -INFINITY;
         }
     }
 }

@@ -11,6 +11,8 @@ struct TileSize {
   int stages;   // K/V shared-memory buffers: 2 = load block n+1 during block n (double buffer),
                // 1 = FA2's split overlap (V_n loads during Q·K_nᵀ, K_n+1 during softmax and P·V)
   bool lazy_rescale;  // rescale O only when a row max moved (OnlineSoftmax::update)
+  int step_n;  // keys per S = Q·Kᵀ, softmax, O += P·V step (divides block_n; S of one step
+               // is what lives in registers beside O)
 };
 
 // Shared memory is Q (block_m x d) + stages x (K: block_n x d, V: block_n x dv), 2 bytes each.
@@ -18,32 +20,48 @@ struct TileSize {
 // H100 (228 KB per SM) runs two blocks per SM where shared memory and registers allow.
 // Four warps own 2 m16 tiles each (kMFrags = 2): each K/V fragment loaded by ldmatrix feeds twice
 // the MMAs it feeds with 8 warps x 1 tile, which matters because mma.sync on H100 is close to
-// shared-memory bound. The limit is registers: O (kMFrags x dv/2 fp32) + S (kMFrags x block_n/2)
-// + about 95 for fragments, addresses and state must stay within 255. ptxas -v (sm_80 / sm_90).
-// Measured on the H100 SXM (bf16/fp16, 16k tokens, hidden 2048; TFLOP/s, median of 20):
-//   d64      128 x 64, 4 warps, 2 stages:  48 KB, 236/239 regs, 2 blocks/SM. (128 x 128, FA2's
-//            A100 choice, spilled ~100 bytes: S alone is 128 registers.)
-//            232 (s512) .. 297 (s16k) non-causal before lazy rescale.
-//   d96      128 x 64, 4 warps, 2 stages:  72 KB, 254/255 regs, 2 blocks/SM
-//   d128     128 x 32, 4 warps, 2 stages:  64 KB, 253/254 regs, 2 blocks/SM: 312 (s2048),
-//            332 (s8192), 331 (s8192 causal). 128 x 64 with 4 warps spilled 60-100 bytes per
-//            iteration; 128 x 64 with 8 warps fits in 194 registers but ran at 232 / 247 / 241:
-//            it gives up the 2-tile fragment reuse and the second block per SM.
-//            Lazy rescale: 324 -> 332 at s8192 (different machines of the same kind).
-//   d192     128 x 64, 8 warps, 2 stages: 144 KB (128 KB for dv 128), 228/232 regs, 1 block/SM;
-//            with 4 warps O alone would be 192 registers
-//   d256     128 x 64, 8 warps, 1 stage:  128 KB, 245/249 regs, 1 block/SM (FA2's A100 choice):
-//            272 (s1024), 307 (s4096). With lazy rescale 253 / 283: with one block per SM nothing
-//            hides the serialised rescale. 128 x 32, 8 warps, 2 stages (128 KB): 227 / 251 / 263
-//            (s16k), against 253 / 283 / 295. Two stages of 128 x 64 would need 192 KB, more than
-//            an sm_80 block can have.
+// shared-memory bound. The limit is registers: O (kMFrags x dv/2 fp32) + S (kMFrags x step_n/2)
+// + fragments, addresses and state must stay within 255. Two stages pay one barrier per block_n
+// keys (K and V of block i+1 are issued together at the top of block i); step_n < block_n runs
+// several S / softmax / P·V steps under that one barrier, so S stays the size of a step.
+// ptxas -v (sm_80 / sm_90), 0 spills, 0 stack everywhere.
+// Measured on the H100 SXM (bf16, 16k tokens, hidden 2048; TFLOP/s, median of 10, non-causal
+// unless said; "flash" is PyTorch SDPA's FA2 backend in the same run):
+//   d64      128 x 128 keys in steps of 64, 4 warps, 2 stages: 80 KB, 212/221 regs, 2 blocks/SM:
+//            252 / 279 / 299 / 309 / 316 / 319 (s512 .. s16k), 0.93 .. 1.03 of flash. Before: 128
+//            x 64 unsplit (236/239 regs): 230 / 255 / 273 / 283 / 288 (s512 .. s8192), against
+//            246 / 274 / 295 / 306 / 313 for this plan in the same run (+7-9%).
+//            128 x 128 unsplit still spills (S alone is 128 registers).
+//   d96      128 x 64, 4 warps, 2 stages:  72 KB, 243/245 regs, 2 blocks/SM (not re-measured)
+//   d128     128 x 64 keys in steps of 32, 4 warps, 2 stages: 96 KB, 238/238 regs, 2 blocks/SM:
+//            305 / 325 / 341 / 351 / 352 (s1024 .. s16k; 0.90 .. 1.00 of flash), causal 245 ..
+//            359 (0.98 .. 1.12). Before: 128 x 32 (253/254 regs, two barriers per 32 keys): 290 /
+//            309 / 324 / 338 / 340 (docs/PERF.md, another run). Expected +5-8% from a quarter of
+//            the barriers; got +3-4%: the split re-reads Q from shared memory per 32-key step, and
+//            the gap to flash is largest at short sequences (0.88 at s1024 against 1.00 at s16k),
+//            i.e. it is mostly a per-tile fixed cost that the key-block shape does not touch. 128 x
+//            64 unsplit, 4 warps: demand ~270 registers after cutting the overhead (per-row mask
+//            bounds, per-step ldmatrix and cp.async offsets, epilogue state: ~15 registers); still
+//            spills 36-64 bytes, mostly in Q·Kᵀ where O + S + in-flight fragments peak. 128 x 64
+//            with 8 warps fits in 194 registers but ran at 232 / 247 / 241: it gives up the 2-tile
+//            fragment reuse and the second block per SM.
+//   d192     128 x 64, 8 warps, 2 stages: 144 KB (128 KB for dv 128), 204/210 regs, 1 block/SM;
+//            with 4 warps O alone would be 192 registers (not re-measured)
+//   d256     128 x 64, 8 warps, 1 stage:  128 KB, 244/245 regs, 1 block/SM (FA2's A100 choice):
+//            263 / 297 / 317 / 330 / 335 / 335 (s512 .. s16k), 0.91 .. 1.04 of flash (was 275
+//            (s1024), 308 (s4096): the shorter in-loop state, not the plan; these figures include a
+//            dense-mask block order since left out, see kernel.cuh block_coords).
+//            With lazy rescale 253 / 283: with one block per SM nothing hides the serialised
+//            rescale. 128 x 32, 8 warps, 2 stages (128 KB): 227 / 251 / 263 (s16k), against 253 /
+//            283 / 295. Two stages of 128 x 64 would need 192 KB, more than an sm_80 block can
+//            have.
 // The full grid against PyTorch's FA2 is in docs/PERF.md and bench/results/.
 constexpr TileSize tile_size(int head_dim, int /*head_dim_v*/) {
-  if (head_dim <= 64) return {128, 64, 4, 2, true};
-  if (head_dim <= 96) return {128, 64, 4, 2, true};
-  if (head_dim <= 128) return {128, 32, 4, 2, true};
-  if (head_dim <= 192) return {128, 64, 8, 2, false};
-  return {128, 64, 8, 1, false};
+  if (head_dim <= 64) return {128, 128, 4, 2, true, 64};
+  if (head_dim <= 96) return {128, 64, 4, 2, true, 64};
+  if (head_dim <= 128) return {128, 64, 4, 2, true, 32};
+  if (head_dim <= 192) return {128, 64, 8, 2, false, 64};
+  return {128, 64, 8, 1, false, 64};
 }
 
 }  // namespace flashattn::fa2

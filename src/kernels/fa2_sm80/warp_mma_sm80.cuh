@@ -74,8 +74,10 @@ __device__ __forceinline__ void ldsm_trans(const Element* p, uint32_t (&r)[4]) {
 // q_row0: the warp's first row in the Q tile.
 template <typename Element, class QTile, class KTile, int kMFrags, int kNFrags, int kHeadDim>
 __device__ __forceinline__ void gemm_qk(Frag (&acc)[kMFrags][kNFrags], const Element* q_s,
-                                        const LaneOffsets<QTile>& qo, const Element* k_s,
-                                        const LaneOffsets<KTile>& ko, int q_row0) {
+                                        const LaneOffsets<QTile>& q_lane, const Element* k_s,
+                                        const LaneOffsets<KTile>& k_lane, int q_row0) {
+  const LaneOffsets<QTile> qo = q_lane.opaque();
+  const LaneOffsets<KTile> ko = k_lane.opaque();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     uint32_t a[kMFrags][4];
@@ -114,7 +116,8 @@ __device__ __forceinline__ void convert_p(const Frag (&s)[kMFrags][kNFrags],
 template <typename Element, class VTile, int kMFrags, int kNFrags, int kOFrags>
 __device__ __forceinline__ void gemm_pv(Frag (&acc)[kMFrags][kOFrags],
                                         const uint32_t (&p)[kMFrags][kNFrags / 2][4],
-                                        const Element* v_s, const LaneOffsets<VTile>& vo) {
+                                        const Element* v_s, const LaneOffsets<VTile>& v_lane) {
+  const LaneOffsets<VTile> vo = v_lane.opaque();
 #pragma unroll
   for (int kk = 0; kk < kNFrags / 2; ++kk) {
 #pragma unroll
