@@ -39,32 +39,18 @@ struct Case {
 };
 
 std::string case_name(const Case& c) {
-  // Built with appends only: GCC 12 warns falsely (-Wrestrict) on long chains of operator+.
-  std::string n = fa::kernel_name(c.kernel);
-  const auto add = [&n](const char* tag, int value) {
-    n += tag;
-    n += std::to_string(value);
-  };
-  n += "_";
-  n += fa::dtype_name(c.dtype);
-  add("_b", c.batch);
-  add("_q", c.sq);
-  add("_k", c.sk);
-  add("_h", c.hq);
-  add("x", c.hkv);
-  add("_d", c.d);
-  if (c.dv != c.d) add("x", c.dv);
-  if (c.causal) n += "_causal";
-  if (c.wl >= 0 || c.wr >= 0) {
-    add("_win", c.wl);
-    add("_", c.wr);
-  }
-  if (c.layout == Layout::padded) n += "_padded";
-  if (c.layout == Layout::heads_major) n += "_bhsd";
-  if (c.q_sigma > 1) n += "_big";
-  for (char& ch : n)
-    if (ch == '-') ch = 'm';
-  return n;
+  return flashattn::testing::CaseName(c.kernel, c.dtype)
+      .num("_b", c.batch)
+      .num("_q", c.sq)
+      .num("_k", c.sk)
+      .num("_h", c.hq)
+      .num("x", c.hkv)
+      .head_dims(c.d, c.dv)
+      .mask(c.causal, c.wl, c.wr)
+      .flag(c.layout == Layout::padded, "_padded")
+      .flag(c.layout == Layout::heads_major, "_bhsd")
+      .flag(c.q_sigma > 1, "_big")
+      .str();
 }
 
 // Strides for a (batch, seqlen, heads, dim) tensor in the given memory layout; returns the number
@@ -318,9 +304,7 @@ TEST(GpuValidation, DeviceRulesRefuseWithoutWriting) {
     s = fa::forward(bad, kernel);
     EXPECT_NE(s.message.find("o: overlaps input q"), std::string::npos) << s.message;
   }
-  std::vector<uint16_t> out(n);
-  ASSERT_EQ(cudaMemcpy(out.data(), o.ptr, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (uint16_t x : out) ASSERT_EQ(x, 0xFFFF);
+  flashattn::testing::expect_all_poisoned(o.ptr, n);
   EXPECT_EQ(fa::select_kernel(p), fa::Kernel::fa2);
 }
 
