@@ -41,9 +41,15 @@ struct Config {
   static constexpr int kStages = kTile.stages;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMFrags = kBlockM / (16 * kWarps);  // m16 tiles per warp
-  static constexpr int kStepN = kTile.step_n;              // keys per S = Q·Kᵀ ... P·V step
-  static constexpr int kNFrags = kStepN / 8;               // 8-key tiles of S
-  static constexpr int kOFrags = kHeadDimV / 8;            // 8-column tiles of O
+  // Keys per S = Q·Kᵀ ... P·V step. The step is device-side only (grid, threads and shared
+  // memory do not depend on it), so the sm_80 SASS may take a shorter one where the longer spills.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static constexpr int kStepN = kTile.step_n_sm80;
+#else
+  static constexpr int kStepN = kTile.step_n;
+#endif
+  static constexpr int kNFrags = kStepN / 8;     // 8-key tiles of S
+  static constexpr int kOFrags = kHeadDimV / 8;  // 8-column tiles of O
   // Two blocks of 4 warps per SM: caps registers at 255 per thread, what one block of 8 gets too.
   static constexpr int kMinBlocksPerSm = kWarps == 4 ? 2 : 1;
 
@@ -136,11 +142,14 @@ __device__ __forceinline__ void store_output(const typename C::Element* q_s_cons
   }
 }
 
-// What a thread block owns: query tile row0 of head h of sequence b, query tiles counted down
-// from the last, so that under a causal mask the longest tiles start first and the short ones
-// fill the tail. (A dense-mask order with the query tile fastest, as FA2 uses for L2 reuse of
-// K/V, measured small: d128 s1024 301 -> 305 TFLOP/s in one run, s4096 unchanged; it was left
-// out until it is re-tested on the device.) %ctaid is read through
+// What a thread block owns: query tile row0 of head h of sequence b. With a mask, query tiles
+// are counted down from the last, so that under a causal mask the longest tiles start first and
+// the short ones fill the tail; without one, the tiles of one (sequence, head) are adjacent, as
+// in FA2's grid. With the mask's order on a dense problem, the 264 blocks resident at seqlen 1024
+// (hdim 128) belong to 256 different heads, so no two of them share K/V in L2. Measured (H100,
+// against the previous run, so within ~2%): d256 dense s512 / s1024 / s2048 +4.7 / +3.5 / +2.7%
+// (the order is d256's only change), d128 about +2% together with the split prologue, d64 -1%
+// (noise). %ctaid is read through
 // asm volatile so that the epilogue's second call reads it again: with one read, ptxas kept b, h
 // and row0 (and what derives from them) live through the key loop, registers the 128 x 64 tiles
 // do not have.
@@ -151,12 +160,20 @@ template <int kBlockM>
 __device__ __forceinline__ BlockCoords block_coords(const Problem& p) {
   unsigned block;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));
-  // Query tiles from the last one down, every (sequence, head) of a tile before the next tile:
-  // under a causal mask the longest tiles start first.
   const int bh_count = p.batch * p.heads_q;
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int m = static_cast<int>(block) / bh_count;
-  const int bh = static_cast<int>(block) % bh_count;
+  int m, bh;
+  if (p.mask.left < 0 && p.mask.right < 0) {
+    // No mask: every tile does the same work. The query tiles of one (sequence, head) run side by
+    // side and share its K/V in L2.
+    m = static_cast<int>(block) % m_blocks;
+    bh = static_cast<int>(block) / m_blocks;
+  } else {
+    // Every (sequence, head) of a query tile before the next tile, from the last tile down: under
+    // a causal mask the longest tiles start first and the short ones fill the tail.
+    m = static_cast<int>(block) / bh_count;
+    bh = static_cast<int>(block) % bh_count;
+  }
   return {(m_blocks - 1 - m) * kBlockM, bh / p.heads_q, bh % p.heads_q};
 }
 // threadIdx.x, read again for the same reason.
@@ -237,10 +254,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
   const LaneOffsets<VTile> v_offsets = b_kn_offsets<VTile>(lane);
 
   if (num_blocks > 0) {
+    // Q and K_0 in one group, V_0 (two stages) in the next: S_0 = Q·K_0ᵀ and its softmax start
+    // while V_0 is still in flight, as in FA2 (one more barrier, in block 0 only). It also moved
+    // ptxas's allocation so that d128 in one 64-key step fits 255 registers on sm_90 (tile_size).
     copy_tile_async<Element, kBlockM, C::kHeadDim, C::kThreads>(q_s, q, p.q_stride[1], rows, tid);
     load_k(0, (n_end - 1) * kBlockN, seq.len_k - (n_end - 1) * kBlockN);
-    if constexpr (kStages == 2) load_v(0, (n_end - 1) * kBlockN, seq.len_k - (n_end - 1) * kBlockN);
     cute::cp_async_fence();
+    if constexpr (kStages == 2) {
+      load_v(0, (n_end - 1) * kBlockN, seq.len_k - (n_end - 1) * kBlockN);
+      cute::cp_async_fence();
+    }
   }
   // The threads' own source chunks of the last block loaded (two stages; stepped down per block).
   const Element* k_next =
@@ -255,13 +278,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
     const int next_key0 = key0 - kBlockN;
     const bool has_next = i + 1 < num_blocks;
     const int buf = kStages == 2 ? i % 2 : 0;
-    // Two stages: one commit group per block (K_i and V_i, one barrier per block), and block i+1
-    // is loaded at the top of block i, where only O is live: issued after the softmax (S and O
-    // live), the V copies' 64-bit address arithmetic cost the registers the 128 x 64 tiles lack.
+    // Two stages: one commit group per block (K_i and V_i, one barrier per block; block 0 has
+    // two, see the prologue), and block i+1 is loaded at the top of block i, where only O is
+    // live: issued after the softmax (S and O live), the V copies' 64-bit address arithmetic cost
+    // the registers the 128 x 64 tiles lack.
     // One stage: K_i in flight here.
     if constexpr (kStages == 2) {
-      cute::cp_async_wait<0>();  // K_i and V_i landed
-      __syncthreads();           // ... for every thread; and block i-1 is done with buffer buf^1
+      if (i == 0) {
+        cute::cp_async_wait<1>();  // Q and K_0 landed (V_0 may not have)
+      } else {
+        cute::cp_async_wait<0>();  // K_i and V_i landed
+      }
+      __syncthreads();  // ... for every thread; and block i-1 is done with buffer buf^1
       if (has_next) {
         k_next -= kBlockN * p.k_stride[1];
         v_next -= kBlockN * p.v_stride[1];
@@ -317,6 +345,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
 
       uint32_t pf[kMFrags][kNFrags / 2][4];
       convert_p<Element>(s, pf);
+      if (kStages == 2 && i == 0 && step == 0) {
+        cute::cp_async_wait<1>();  // V_0 landed (only block 1's group may be in flight)
+        __syncthreads();           // ... for every thread
+      }
       gemm_pv<Element, VTile, kMFrags, kNFrags, kOFrags>(
           o, pf, v_s + buf * VTile::kElems + step * kStepN * VTile::kPanel, v_offsets);
     }
