@@ -156,9 +156,14 @@ const std::vector<Flag>& flags() {
        }},
       {"--sweep", "standard",
        "TESTING.md's 36 configs (16k tokens, hidden 2048, hdim 64/128/256,\n"
-       "                         seqlen 512..16384, causal off/on); replaces the shape flags",
+       "                         seqlen 512..16384, causal off/on); replaces the shape flags;\n"
+       "                         'decode': the decode grid (see --decode)",
        [](Options& o, std::string_view v) -> std::string {
-         if (v != "standard") return "--sweep: expected 'standard', got " + quote(v);
+         if (v == "decode") {  // the decode grid of tools/bench/decode.cpp
+           o.sweep_decode = true;
+           return {};
+         }
+         if (v != "standard") return "--sweep: expected 'standard' or 'decode', got " + quote(v);
          o.sweep_standard = true;
          return {};
        }},
@@ -180,6 +185,14 @@ const std::vector<Flag>& flags() {
        }},
       {"--device", "N", "CUDA device ordinal [0]",
        int_field("--device", &Options::device, 0, 1023)},
+      {"--decode", "Q",
+       "time flashattn::decode: Q query tokens (1..16) against a KV cache of\n"
+       "                         --seqlen-k tokens per entry; GB/s of K+V read vs a D2D copy",
+       int_field("--decode", &Options::decode_q, 1, 16)},
+      {"--page-size", "N", "decode: paged KV cache with this page size [0: contiguous]",
+       int_field("--page-size", &Options::page_size, 0, kMaxSeqlen)},
+      {"--splits", "N", "decode: KV splits [0: the heuristic]",
+       int_field("--splits", &Options::num_splits, 0, 128)},
   };
   return table;
 }

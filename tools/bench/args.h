@@ -35,6 +35,12 @@ struct Options {
   std::string json_path;
   std::optional<uint64_t> seed;  // unset: drawn from std::random_device
   int device = 0;
+  // Decode mode (tools/bench/decode.cpp): decode_q query tokens (1..16) against a KV cache of
+  // seqlen_k tokens per batch entry; 0 = forward mode.
+  int decode_q = 0;
+  int page_size = 0;   // decode: 0 contiguous cache, else paged with this page size
+  int num_splits = 0;  // decode: 0 lets the heuristic choose
+  bool sweep_decode = false;
   std::string command;  // argv joined by spaces, for the JSON record
 };
 

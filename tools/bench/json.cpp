@@ -72,6 +72,14 @@ std::string record_json(const Record& r) {
     s += ", \"check_rows\": " + std::to_string(r.check.rows);
     s += ", \"check_sampled\": " + boolean(r.check.sampled);
   }
+  if (r.decode) {
+    s += ", \"mode\": \"decode\"";
+    s += ", \"page_size\": " + std::to_string(r.decode->page_size);
+    s += ", \"num_splits\": " + std::to_string(r.decode->num_splits);
+    s += ", \"bytes\": " + number(r.decode->kv_bytes);
+    s += ", \"gbps\": " + (r.ran ? number(r.decode->gbps) : "null");
+    s += ", \"copy_gbps\": " + number(r.decode->copy_gbps);
+  }
   s += ", \"ok\": " + boolean(r.ok);
   if (r.skipped) s += ", \"skipped\": true";
   if (!r.error.empty()) s += ", \"error\": " + escape(r.error);

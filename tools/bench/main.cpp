@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "args.h"
+#include "decode.h"
 #include "report.h"
 #include "runner.h"
 #include "workload.h"
@@ -100,6 +101,12 @@ int run_main(int argc, char** argv) {
       return kExitRunFailed;
     }
     ctx.stream = stream;
+  }
+
+  if (opts.decode_q > 0 || opts.sweep_decode) {  // decode mode: its own workloads and table
+    const int rc = run_decode(opts, info, ctx);
+    if (ctx.stream != nullptr) cudaStreamDestroy(ctx.stream);
+    return rc;
   }
 
   std::printf("# device: %s", info.device.c_str());

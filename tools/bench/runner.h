@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "flashattn/reference.h"
@@ -20,8 +21,18 @@ struct CheckSummary {
   reference::CheckResult result;
 };
 
+// Decode records (--decode) add the cache layout and the bandwidth figures.
+struct DecodeInfo {
+  int page_size = 0;   // 0: contiguous cache
+  int num_splits = 0;  // as requested (0: heuristic)
+  double kv_bytes = 0;  // K and V bytes read per call
+  double gbps = 0;      // kv_bytes / median time
+  double copy_gbps = 0;  // device-to-device copy in the same run, bytes read + written per second
+};
+
 struct Record {
   Workload w;
+  std::optional<DecodeInfo> decode;
   std::string kernel;       // the family that ran (auto resolved), or the requested name
   bool automatic = false;   // requested as auto
   bool skipped = false;     // over --max-seqlen

@@ -1,0 +1,94 @@
+// flashattn decode: attention of a few new query tokens against a KV cache, with the semantics of
+// FlashAttention's flash_attn_with_kvcache. Included by flashattn.h; not meant to be included
+// alone.
+//
+// Shapes (strides in elements, last dimension contiguous):
+//   q        (batch, seqlen_q, heads_q, head_dim), 1 <= seqlen_q <= 16
+//   o        (batch, seqlen_q, heads_q, head_dim)      lse (batch, heads_q, seqlen_q), fp32, dense
+//   k_cache, v_cache:
+//     contiguous  (cache_batch, cache_seqlen, heads_kv, head_dim); batch b reads cache row
+//                 cache_batch_idx[b] (or b when cache_batch_idx is null)
+//     paged       (num_pages, page_size, heads_kv, head_dim) with page_table (batch, max_pages):
+//                 key j of batch b lives in page page_table[b][j / page_size], row j % page_size
+//   cache_seqlens (batch) int32: keys already in the cache for each batch entry
+//   k_new, v_new  (batch, seqlen_new, heads_kv, head_dim), optional: written into the cache at
+//                 positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before attending
+//
+// Batch entry b attends to its first L_b = cache_seqlens[b] + seqlen_new keys. Masks are those of
+// forward() with seqlen_k = L_b (bottom-right aligned: query row i sits on key diagonal
+// i + L_b - seqlen_q), so `causal` lets the last query token see every key. A row that sees no
+// key (L_b = 0, or masked away) outputs 0 and LSE = -inf.
+//
+// Index arrays (cache_seqlens, page_table, cache_batch_idx) live in device memory. With
+// check_indices (the default) can_implement() copies them to the host on `stream`
+// (cudaMemcpyAsync + cudaStreamSynchronize: the call blocks until the work queued before it is
+// done) and refuses a page-table entry outside [0, num_pages) for a page that would be read, a
+// cache_batch_idx outside [0, cache_batch), and cache_seqlens[b] + seqlen_new beyond the cache.
+// Host-side checking was chosen over an in-kernel error flag because a flag can only be read after
+// a synchronisation too, and by then the kernel has run: a Status before any launch is the only
+// way to refuse bad indices with nothing read or written. Callers in a decode loop whose indices
+// are known good set check_indices = false: no copy, no synchronisation. The kernels then still
+// never read outside the cache (an out-of-range page or cache row is not loaded and counts as
+// zeros), but the result for such input is unspecified.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn {
+
+struct DecodeParams {
+  DType dtype = DType::bf16;  // q, caches, new k/v and o share it
+
+  int batch = 0;
+  int seqlen_q = 0;  // 1..16
+  int heads_q = 0;
+  int heads_kv = 0;  // heads_q must be a multiple of it
+  int head_dim = 0;  // 64, 128 or 256
+
+  TensorRef q;
+  MutableTensorRef o;
+  float* lse = nullptr;  // optional
+
+  // The cache. Contiguous when page_table is null: cache_batch and cache_seqlen give its shape.
+  MutableTensorRef k_cache, v_cache;
+  int cache_batch = 0;                       // contiguous: rows of the cache (0: batch)
+  int cache_seqlen = 0;                      // contiguous: capacity of each row in tokens
+  const int32_t* cache_batch_idx = nullptr;  // optional (batch), contiguous caches only
+
+  // Paged: page_table (batch, max_pages) int32 with row stride page_table_stride (0: max_pages).
+  const int32_t* page_table = nullptr;
+  int num_pages = 0;
+  int page_size = 0;  // any size >= 1
+  int max_pages = 0;
+  int64_t page_table_stride = 0;
+
+  const int32_t* cache_seqlens = nullptr;  // (batch), required
+
+  // Optional new keys and values, appended in place before attending.
+  TensorRef k_new, v_new;  // data null: nothing appended
+  int seqlen_new = 0;
+
+  float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  bool causal = false;
+  int window_left = -1;   // -1: unbounded
+  int window_right = -1;  // -1: unbounded; must be -1 or 0 with causal
+
+  int num_splits = 0;         // KV splits per (batch, KV head); 0: chosen to fill the GPU
+  bool check_indices = true;  // see the header comment
+
+  void* stream = nullptr;  // cudaStream_t
+};
+
+// Every rule for a decode call; ok when decode() would run. May synchronise `stream` (see
+// check_indices above).
+Status can_implement(const DecodeParams& params);
+
+// Validates, then appends k_new/v_new (if given) and runs split-KV attention on `stream`.
+Status decode(const DecodeParams& params);
+
+// Dense strides for q, o (batch, seqlen_q, heads_q, head_dim), k_new/v_new, and the cache:
+// (cache_batch or batch, cache_seqlen, ...) when contiguous, (num_pages, page_size, ...) when
+// paged. Sets page_table_stride to max_pages when paged.
+void set_contiguous_layout(DecodeParams& params);
+
+}  // namespace flashattn

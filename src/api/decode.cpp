@@ -1,0 +1,86 @@
+// decode(): validate, normalise into a DecodeProblem, choose the number of KV splits, take the
+// partial-result workspace (and split counters) from the library's stream-ordered pool, and run the
+// decode family.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "api/decode_problem.h"
+#include "api/decode_splits.h"
+#include "common/cuda_check.h"
+#include "common/workspace.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+namespace {
+
+// Keys the longest sequence may attend to: the cache's capacity, narrowed by a window. The
+// capacity, not cache_seqlens, so that choosing splits reads nothing from the device; and a paged
+// and a contiguous cache of the same capacity get the same splits (hence bitwise equal results).
+int max_visible_keys(const DecodeProblem& d) {
+  int64_t keys = d.capacity;
+  if (d.window_left >= 0 && d.window_right >= 0) {
+    keys = std::min<int64_t>(keys, int64_t{d.window_left} + d.window_right + d.seqlen_q);
+  } else if (d.window_left >= 0) {
+    keys = std::min<int64_t>(keys, int64_t{d.window_left} + d.seqlen_q);
+  }
+  return static_cast<int>(keys);
+}
+
+Status choose_splits(const DecodeParams& p, DecodeProblem& d) {
+  if (p.num_splits > 0) {
+    d.num_splits = p.num_splits;
+    return Status::success();
+  }
+  int device = 0, sms = 0, per_sm = 1;
+  FA_CUDA_TRY(cudaGetDevice(&device));
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (Status s = decode_blocks_per_sm(d.dtype, d.head_dim, &per_sm); !s.ok()) return s;
+  DecodeSplitInputs in;
+  in.blocks = d.batch * d.heads_kv * d.row_chunks;
+  in.key_tiles = (max_visible_keys(d) + kDecodeKeysPerTile - 1) / kDecodeKeysPerTile;
+  in.num_sms = sms;
+  in.blocks_per_sm = per_sm;
+  d.num_splits = decode_num_splits(in);
+  return Status::success();
+}
+
+}  // namespace
+
+Status decode(const DecodeParams& params) {
+  if (Status s = can_implement(params); !s.ok()) return s;
+  DecodeProblem d = make_decode_problem(params);
+  if (Status s = choose_splits(params, d); !s.ok()) return s;
+  if (d.num_splits == 1) return decode_run(d);
+
+  // Partial outputs: fp32 O and the log2-domain LSE of every (split, batch, query, head), then
+  // one counter per (batch, KV head, row chunk) for the in-kernel combine.
+  const auto stream = static_cast<cudaStream_t>(d.stream);
+  const size_t rows = size_t(d.num_splits) * d.batch * d.seqlen_q * d.heads_q;
+  const size_t counters = size_t(d.batch) * d.heads_kv * d.row_chunks;
+  void* ws = nullptr;
+  if (Status s = workspace_alloc(rows * (d.head_dim + 1) * sizeof(float) + counters * sizeof(int),
+                                 stream, &ws);
+      !s.ok())
+    return s;
+  d.o_partial = static_cast<float*>(ws);
+  d.lse_partial = d.o_partial + rows * d.head_dim;
+  d.split_counters = reinterpret_cast<int*>(d.lse_partial + rows);
+  const Status run = decode_run(d);
+  const Status freed = workspace_free(ws, stream);
+  return run.ok() ? freed : run;
+}
+
+void set_contiguous_layout(DecodeParams& p) {
+  set_contiguous_strides(p.q.stride, p.seqlen_q, p.heads_q, p.head_dim);
+  set_contiguous_strides(p.o.stride, p.seqlen_q, p.heads_q, p.head_dim);
+  set_contiguous_strides(p.k_new.stride, p.seqlen_new, p.heads_kv, p.head_dim);
+  set_contiguous_strides(p.v_new.stride, p.seqlen_new, p.heads_kv, p.head_dim);
+  const bool paged = p.page_table != nullptr;
+  const int rows = paged ? p.page_size : p.cache_seqlen;
+  set_contiguous_strides(p.k_cache.stride, rows, p.heads_kv, p.head_dim);
+  set_contiguous_strides(p.v_cache.stride, rows, p.heads_kv, p.head_dim);
+  if (paged) p.page_table_stride = p.max_pages;
+}
+
+}  // namespace flashattn

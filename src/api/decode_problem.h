@@ -1,0 +1,115 @@
+// The validated, normalised form of DecodeParams that the decode kernels receive (by value, as a
+// kernel argument), and the entry points of the decode family (src/kernels/decode/launch.cu).
+// Built only by make_decode_problem() after can_implement() passed.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+
+// Query rows one thread block computes: one m16 tensor-core tile. The query heads that share a KV
+// head, times seqlen_q, are packed into rows (row = query index · group + head in group), so one
+// read of K/V serves them all; more rows than this take several row chunks.
+inline constexpr int kDecodeRowsPerBlock = 16;
+// Keys per tile: the unit in which splits divide a sequence.
+inline constexpr int kDecodeKeysPerTile = 16;
+inline constexpr int kDecodeMaxSplits = 128;
+
+struct DecodeProblem {
+  DType dtype = DType::bf16;
+  int batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  int group = 1;       // heads_q / heads_kv
+  int rows = 0;        // group * seqlen_q
+  int row_chunks = 0;  // ceil(rows / kDecodeRowsPerBlock)
+
+  const void* q = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  int64_t q_stride[3] = {}, o_stride[3] = {};  // batch, row, head (elements)
+
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int64_t k_stride[3] = {}, v_stride[3] = {};  // batch-or-page, row, head
+  bool paged = false;
+  int cache_batch = 0;  // contiguous: rows of the cache
+  int capacity = 0;     // tokens one batch entry can hold (cache_seqlen, or max_pages*page_size)
+  const int32_t* cache_batch_idx = nullptr;
+  const int32_t* page_table = nullptr;
+  int64_t page_table_stride = 0;
+  int num_pages = 0, page_size = 1;
+  const int32_t* cache_seqlens = nullptr;
+
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  int64_t k_new_stride[3] = {}, v_new_stride[3] = {};
+  int seqlen_new = 0;
+
+  float scale_log2 = 0.f;                   // softmax_scale * log2(e)
+  int window_left = -1, window_right = -1;  // causal folded into window_right = 0
+
+  int num_splits = 1;
+  float* o_partial = nullptr;     // (num_splits, batch, seqlen_q, heads_q, head_dim) fp32
+  float* lse_partial = nullptr;   // (num_splits, batch, seqlen_q, heads_q), log2 domain
+  int* split_counters = nullptr;  // (batch, heads_kv, row_chunks): split blocks done
+
+  void* stream = nullptr;
+};
+
+inline DecodeProblem make_decode_problem(const DecodeParams& p) {
+  DecodeProblem d;
+  d.dtype = p.dtype;
+  d.batch = p.batch;
+  d.seqlen_q = p.seqlen_q;
+  d.heads_q = p.heads_q;
+  d.heads_kv = p.heads_kv;
+  d.head_dim = p.head_dim;
+  d.group = p.heads_q / p.heads_kv;
+  d.rows = d.group * p.seqlen_q;
+  d.row_chunks = (d.rows + kDecodeRowsPerBlock - 1) / kDecodeRowsPerBlock;
+  d.q = p.q.data;
+  d.o = p.o.data;
+  d.lse = p.lse;
+  d.k_cache = p.k_cache.data;
+  d.v_cache = p.v_cache.data;
+  d.k_new = p.k_new.data;
+  d.v_new = p.v_new.data;
+  for (int i = 0; i < 3; ++i) {
+    d.q_stride[i] = p.q.stride[i];
+    d.o_stride[i] = p.o.stride[i];
+    d.k_stride[i] = p.k_cache.stride[i];
+    d.v_stride[i] = p.v_cache.stride[i];
+    d.k_new_stride[i] = p.k_new.stride[i];
+    d.v_new_stride[i] = p.v_new.stride[i];
+  }
+  d.paged = p.page_table != nullptr;
+  d.cache_batch = p.cache_batch > 0 ? p.cache_batch : p.batch;
+  d.cache_batch_idx = p.cache_batch_idx;
+  d.page_table = p.page_table;
+  d.page_table_stride = p.page_table_stride > 0 ? p.page_table_stride : p.max_pages;
+  d.num_pages = p.num_pages;
+  d.page_size = d.paged ? p.page_size : 1;
+  d.capacity = d.paged ? p.max_pages * p.page_size : p.cache_seqlen;
+  d.cache_seqlens = p.cache_seqlens;
+  d.seqlen_new = p.k_new.data != nullptr ? p.seqlen_new : 0;
+  const float scale =
+      p.softmax_scale != 0.f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  d.scale_log2 = scale * 1.4426950408889634f;
+  d.window_left = p.window_left;
+  d.window_right = p.causal ? 0 : p.window_right;
+  d.num_splits = 1;
+  d.stream = p.stream;
+  return d;
+}
+
+// Decode family entry points (src/kernels/decode/launch.cu).
+// Thread blocks of the split kernel that fit on one SM at once, for the split heuristic.
+Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks);
+// Appends k_new/v_new (when given) and runs the split kernel, which combines the splits itself,
+// all on problem.stream. The partial buffers and the split counters must be set when
+// num_splits > 1.
+Status decode_run(const DecodeProblem& problem);
+
+}  // namespace flashattn

@@ -1,0 +1,20 @@
+// The rules of a decode call, split by what they need so that the CPU tests can reach each one:
+// shapes and scalars (no memory is touched), and the index arrays' contents (on host copies).
+// can_implement(DecodeParams) runs them in order, with the memory checks (pointers, alignment,
+// aliasing, device) between the two.
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+
+Status check_decode_shapes(const DecodeParams& p);
+
+// `cache_seqlens` (batch), `page_table` (batch rows of page_table_stride, or null when the cache
+// is contiguous) and `cache_batch_idx` (batch, or null) are host copies of the arrays.
+Status check_decode_indices(const DecodeParams& p, const int32_t* cache_seqlens,
+                            const int32_t* page_table, const int32_t* cache_batch_idx);
+
+}  // namespace flashattn

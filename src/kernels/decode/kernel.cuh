@@ -1,0 +1,326 @@
+// The split-KV decode kernel. One block = (row chunk, split) x KV head x batch entry: the query
+// rows of every query head sharing the KV head (times seqlen_q) packed into one 16-row MMA tile,
+// against the split's share of the keys (a contiguous range of key tiles), read once. Its four
+// warps stream disjoint key tiles (tile w, w+4, ...) through their own cp.async rings, with no
+// block barrier in the loop, each running the FlashAttention recurrence on its tiles:
+//   S = Q·Kᵀ (mma.sync), mask the edge tiles, online softmax in the log2 domain, O += P·V.
+// The warps' states merge through shared memory at the end; the block writes O and LSE directly
+// (one split) or an fp32 partial and its log2-LSE, and the last split block of a row chunk to
+// finish merges the partials (combine.cuh).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "api/decode_problem.h"
+#include "common/convert.cuh"
+#include "common/mask.h"
+#include "kernels/decode/combine.cuh"
+#include "kernels/decode/ptx_sm80.cuh"
+#include "kernels/decode/tile_size.h"
+
+namespace flashattn::decoding {
+
+inline constexpr int kRows = kDecodeRowsPerBlock;   // 16
+inline constexpr int kBlockN = kDecodeKeysPerTile;  // 16
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr float kNegInf = -__builtin_huge_valf();
+
+template <typename Element_, int kHeadDim_>
+struct Config {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kChunks = kHeadDim / 8;      // 16-byte chunks per row
+  static constexpr int kTile = kBlockN * kHeadDim;  // elements of one K (or V) tile
+  static constexpr int kStages = decode_stages(kHeadDim);
+  static constexpr int kCopiesPerLane = kBlockN * kChunks / 32;
+  // Q fragments stay in registers up to hd 128 (32 registers); at 256 they would push the warp
+  // past 255 registers with the 128-register O accumulator, so they are re-read from shared memory.
+  static constexpr bool kQInRegisters = kHeadDim <= 128;
+  static constexpr int kMergeStride = kHeadDim + 4;  // floats; +4 staggers rows across banks
+  static constexpr int kQBytes = kRows * kHeadDim * 2;
+  static constexpr int kPipeBytes = kWarps * kStages * 2 * kTile * 2;
+  static constexpr int kMergeBytes = kWarps * kRows * (kMergeStride + 2) * 4;
+  static constexpr int kSmemBytes = kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+};
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] tile. The XOR spreads
+// the eight rows one ldmatrix phase reads over eight different bank groups.
+template <int kHeadDim>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
+}
+
+template <class C>
+__global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) {
+  using Element = typename C::Element;
+  constexpr int kD = C::kHeadDim;
+  extern __shared__ __align__(128) unsigned char smem[];
+  Element* q_s = reinterpret_cast<Element*>(smem);
+  Element* pipe = reinterpret_cast<Element*>(smem + C::kQBytes);
+  float* merge = reinterpret_cast<float*>(smem + C::kQBytes);
+
+  const int chunk = blockIdx.x % p.row_chunks;
+  const int split = blockIdx.x / p.row_chunks;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = chunk * kRows;
+
+  // Keys this entry attends to. Clamped to the capacity so that unchecked bad lengths
+  // (check_indices off) still read nothing outside the cache.
+  const int len = min(max(p.cache_seqlens[b] + p.seqlen_new, 0), p.capacity);
+  const Mask mask{p.seqlen_q, len, p.window_left, p.window_right};
+  const int q_first = r0 / p.group;
+  const int q_end = (min(r0 + kRows, p.rows) - 1) / p.group + 1;
+  int kb = 0, ke = 0;
+  mask.key_range(q_first, q_end, kb, ke);
+  const int tiles = ke > kb ? (ke - kb + kBlockN - 1) / kBlockN : 0;
+  const int per_split = (tiles + p.num_splits - 1) / p.num_splits;
+  const int t_begin = min(split * per_split, tiles);
+  const int t_end = min(t_begin + per_split, tiles);
+  const int mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
+
+  // Q rows of the chunk into shared memory (zeros past the last row), as the first cp.async
+  // group: a plain load would stall every thread for a memory latency before the K/V stream
+  // starts, and a short split (one wave at batch 1) feels that microsecond.
+  for (int i = threadIdx.x; i < kRows * C::kChunks; i += kThreads) {
+    const int row = i / C::kChunks, c = i % C::kChunks, r = r0 + row;
+    const bool ok = r < p.rows;
+    const int qi = ok ? r / p.group : 0, h = ok ? hk * p.group + r % p.group : 0;
+    cp_async_16(q_s + swizzle<kD>(row, c),
+                static_cast<const Element*>(p.q) + b * p.q_stride[0] + qi * p.q_stride[1] +
+                    h * p.q_stride[2] + c * 8,
+                ok);
+  }
+  cp_async_commit();
+
+  // With new keys, this kernel is a programmatic dependent launch of the prologue kernel that
+  // appends them (launch.cuh): wait for it before reading the cache.
+  if (p.seqlen_new > 0) wait_for_primary();
+
+  // Where the keys live: a cache row (contiguous) or pages. An index out of range (only possible
+  // with check_indices off) leaves its rows unloaded (zeros) instead of reading outside the cache.
+  const Element* k_base = static_cast<const Element*>(p.k_cache) + hk * p.k_stride[2];
+  const Element* v_base = static_cast<const Element*>(p.v_cache) + hk * p.v_stride[2];
+  const int32_t* pages = p.page_table + b * p.page_table_stride;
+  int cache_row = b;
+  if (!p.paged && p.cache_batch_idx != nullptr) cache_row = p.cache_batch_idx[b];
+  const bool cache_ok = p.paged || (cache_row >= 0 && cache_row < p.cache_batch);
+
+  Element* ring = pipe + warp * C::kStages * 2 * C::kTile;
+  auto load_tile = [&](int t, int stage) {
+    Element* ks = ring + stage * 2 * C::kTile;
+    Element* vs = ks + C::kTile;
+    const int j0 = kb + t * kBlockN;
+#pragma unroll
+    for (int i = 0; i < C::kCopiesPerLane; ++i) {
+      const int flat = lane + 32 * i;
+      const int row = flat / C::kChunks, c = flat % C::kChunks, j = j0 + row;
+      bool ok = j < ke && cache_ok;
+      int64_t k_off = 0, v_off = 0;
+      if (ok) {
+        if (p.paged) {
+          const int pi = j / p.page_size;
+          const int page = pages[pi];
+          const int in_page = j - pi * p.page_size;
+          ok = page >= 0 && page < p.num_pages;
+          k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
+          v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
+        } else {
+          k_off = cache_row * p.k_stride[0] + j * p.k_stride[1];
+          v_off = cache_row * p.v_stride[0] + j * p.v_stride[1];
+        }
+      }
+      if (!ok) k_off = v_off = 0;
+      cp_async_16(ks + swizzle<kD>(row, c), k_base + k_off + c * 8, ok);
+      cp_async_16(vs + swizzle<kD>(row, c), v_base + v_off + c * 8, ok);
+    }
+  };
+
+  // Start the ring before waiting on Q: the first K/V bytes are the long pole.
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < mine) load_tile(t_begin + warp + s * kWarps, s);
+    cp_async_commit();
+  }
+  cp_async_wait<C::kStages - 1>();  // the Q group, the oldest, has landed
+  __syncthreads();                  // ... for every thread's share of it
+
+  // ldmatrix lane roles: lanes 8i..8i+7 address matrix i. For A (Q, P) and the transposed V
+  // operand the matrices are (rows 0-7 | 8-15) x (chunk 0 | 1); for K they are (chunk 0 | 1) x
+  // (keys 0-7 | 8-15), matching the fragment orders of ptx_sm80.cuh.
+  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+  const int k_row = (lane & 7) + (lane >> 4) * 8, k_chunk = (lane >> 3) & 1;
+  uint32_t qf[C::kQInRegisters ? kD / 16 : 1][4];
+  if constexpr (C::kQInRegisters) {
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      ldsm_x4(q_s + swizzle<kD>(a_row, 2 * kk + a_chunk), qf[kk]);
+  }
+
+  // This lane's two rows (g, g + 8) of the tile and the query index each belongs to.
+  const int g = lane >> 2, t4 = lane & 3;
+  const int qi_row[2] = {(r0 + g) / p.group, (r0 + g + 8) / p.group};
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+  float acc[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+  for (int i = 0; i < mine; ++i) {
+    const int ahead = i + C::kStages - 1;
+    if (ahead < mine) load_tile(t_begin + warp + ahead * kWarps, ahead % C::kStages);
+    cp_async_commit();
+    cp_async_wait<C::kStages - 1>();
+    __syncwarp();  // every lane's copies of tile i have landed
+    const Element* ks = ring + (i % C::kStages) * 2 * C::kTile;
+    const Element* vs = ks + C::kTile;
+
+    // S = Q·Kᵀ: s[n] holds keys n*8 .. n*8+7 of rows g (s[n][0..1]) and g+8 (s[n][2..3]).
+    float s[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[4], bk[4];
+      if constexpr (C::kQInRegisters) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) a[x] = qf[kk][x];
+      } else {
+        ldsm_x4(q_s + swizzle<kD>(a_row, 2 * kk + a_chunk), a);
+      }
+      ldsm_x4(ks + swizzle<kD>(k_row, 2 * kk + k_chunk), bk);
+      mma_16816<Element>(s[0], a, bk[0], bk[1]);
+      mma_16816<Element>(s[1], a, bk[2], bk[3]);
+    }
+
+    // Scale into the log2 domain, then mask: keys past the edge of the window, the causal
+    // diagonal or the sequence (zeros were loaded there) become -inf.
+    const int j0 = kb + (t_begin + warp + i * kWarps) * kBlockN;
+    const bool edge = !mask.tile_all_visible(q_first, q_end, j0, j0 + kBlockN);
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] *= p.scale_log2;
+        if (edge && !mask.visible(qi_row[e / 2], j0 + n * 8 + 2 * t4 + (e & 1))) s[n][e] = kNegInf;
+      }
+
+      // Online softmax. A row with no visible key yet keeps m = -inf; subtracting 0 instead keeps
+      // exp2 at exactly 0 rather than NaN.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      const float base = m_new == kNegInf ? 0.f : m_new;
+      const float alpha = exp2_approx(m[r] - base);
+      m[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          s[n][e] = exp2_approx(s[n][e] - base);
+          sum += s[n][e];
+        }
+      l[r] = l[r] * alpha + sum;
+#pragma unroll
+      for (int d = 0; d < kD / 8; ++d) {
+        acc[d][2 * r] *= alpha;
+        acc[d][2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P·V with P (rounded to Element) as the A operand, straight from the S accumulators.
+    const uint32_t pa[4] = {pack2<Element>(s[0][0], s[0][1]), pack2<Element>(s[0][2], s[0][3]),
+                            pack2<Element>(s[1][0], s[1][1]), pack2<Element>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dj = 0; dj < kD / 16; ++dj) {
+      uint32_t bv[4];
+      ldsm_x4_trans(vs + swizzle<kD>(a_row, 2 * dj + a_chunk), bv);
+      mma_16816<Element>(acc[2 * dj], pa, bv[0], bv[1]);
+      mma_16816<Element>(acc[2 * dj + 1], pa, bv[2], bv[3]);
+    }
+    __syncwarp();  // all lanes are done with this stage before it is refilled
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+
+  // Merge the four warps: each writes its unnormalised O, row max and row sum.
+  __syncthreads();  // every warp is done with the ring the merge area overlaps
+  float* mo = merge + warp * kRows * C::kMergeStride;
+  float* ml = merge + kWarps * kRows * C::kMergeStride;  // [warp][row][m, l]
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) {
+    const int col = n * 8 + 2 * t4;
+    *reinterpret_cast<float2*>(mo + g * C::kMergeStride + col) = make_float2(acc[n][0], acc[n][1]);
+    *reinterpret_cast<float2*>(mo + (g + 8) * C::kMergeStride + col) =
+        make_float2(acc[n][2], acc[n][3]);
+  }
+  if (t4 == 0) {
+    ml[(warp * kRows + g) * 2] = m[0];
+    ml[(warp * kRows + g) * 2 + 1] = l[0];
+    ml[(warp * kRows + g + 8) * 2] = m[1];
+    ml[(warp * kRows + g + 8) * 2 + 1] = l[1];
+  }
+  __syncthreads();
+
+  // Eight threads per row, kD/8 consecutive columns each.
+  constexpr int kCols = kD / 8;
+  const int row = threadIdx.x / 8, c0 = (threadIdx.x % 8) * kCols, r = r0 + row;
+  if (r < p.rows) {
+    float M = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ml[(w * kRows + row) * 2]);
+    float wscale[kWarps], L = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = ml[(w * kRows + row) * 2];
+      wscale[w] = mw == kNegInf ? 0.f : exp2_approx(mw - M);
+      L += ml[(w * kRows + row) * 2 + 1] * wscale[w];
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    const float lse2 = L > 0.f ? M + log2f(L) : kNegInf;
+    float out[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      float x = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w)
+        x += merge[(w * kRows + row) * C::kMergeStride + c0 + c] * wscale[w];
+      out[c] = x * inv;
+    }
+    const int qi = r / p.group, h = hk * p.group + r % p.group;
+    if (p.num_splits == 1) {
+      Element* dst = static_cast<Element*>(p.o) + b * p.o_stride[0] + qi * p.o_stride[1] +
+                     h * p.o_stride[2] + c0;
+#pragma unroll
+      for (int c = 0; c < kCols; c += 8) {
+        *reinterpret_cast<uint4*>(dst + c) = make_uint4(
+            pack2<Element>(out[c], out[c + 1]), pack2<Element>(out[c + 2], out[c + 3]),
+            pack2<Element>(out[c + 4], out[c + 5]), pack2<Element>(out[c + 6], out[c + 7]));
+      }
+      if (p.lse != nullptr && c0 == 0) {
+        p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] = lse2 * kLn2;
+      }
+    } else {
+      const int64_t prow = partial_row(p, split, b, qi, h);
+      float* dst = p.o_partial + prow * kD + c0;
+#pragma unroll
+      for (int c = 0; c < kCols; c += 4) {
+        *reinterpret_cast<float4*>(dst + c) =
+            make_float4(out[c], out[c + 1], out[c + 2], out[c + 3]);
+      }
+      if (c0 == 0) p.lse_partial[prow] = lse2;
+    }
+  }
+  if (p.num_splits > 1) combine_if_last<Element, kD>(p, b, hk, chunk);
+}
+
+}  // namespace flashattn::decoding

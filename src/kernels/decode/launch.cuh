@@ -1,0 +1,92 @@
+// Host side of the decode family, templated on (element type, head dim). Each instantiation lives
+// in its own file in inst/ (extern templates below); launch.cu dispatches to them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <array>
+#include <atomic>
+#include <string>
+
+#include "api/decode_problem.h"
+#include "common/cuda_check.h"
+#include "kernels/decode/kernel.cuh"
+
+namespace flashattn::decoding {
+
+// Raises the kernel's shared-memory limit and measures its occupancy, once per device: both are
+// driver calls whose cost would show in the host time of every decode step otherwise.
+template <typename Element, int kHeadDim>
+Status prepare_split_kernel(int* blocks_per_sm) {
+  using C = Config<Element, kHeadDim>;
+  static std::array<std::atomic<int>, 64> prepared{};  // blocks per SM + 1; 0: not yet
+  int device = 0, smem_optin = 0;
+  FA_CUDA_TRY(cudaGetDevice(&device));
+  if (device < 64 && prepared[device] > 0) {
+    if (blocks_per_sm != nullptr) *blocks_per_sm = prepared[device] - 1;
+    return Status::success();
+  }
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (C::kSmemBytes > smem_optin) {
+    return {StatusCode::unsupported, "decode: head_dim " + std::to_string(kHeadDim) + " needs " +
+                                         std::to_string(C::kSmemBytes / 1024) +
+                                         " KB of shared memory per block; this device allows " +
+                                         std::to_string(smem_optin / 1024) + " KB"};
+  }
+  // Above the 48 KB default; the attribute is per device, so it is set at every call.
+  FA_CUDA_TRY(cudaFuncSetAttribute(split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   C::kSmemBytes));
+  int blocks = 0;
+  FA_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kernel<C>, kThreads,
+                                                            C::kSmemBytes));
+  if (blocks_per_sm != nullptr) *blocks_per_sm = blocks;
+  if (device < 64) prepared[device] = blocks + 1;
+  return Status::success();
+}
+
+template <typename Element, int kHeadDim>
+Status blocks_per_sm(int* blocks) {
+  return prepare_split_kernel<Element, kHeadDim>(blocks);
+}
+
+// The split kernel, after the prologue kernel when there is something to append or split
+// counters to zero. On sm_90 the split kernel is then a programmatic dependent launch of the
+// prologue: its blocks are scheduled as soon as the prologue starts and wait in
+// griddepcontrol.wait only where they need its writes, which hides the second launch. The
+// prologue itself is an ordinary launch, so it (and with it every split block) starts only after
+// the work queued before the call is done: the early K/V loads read a finished cache.
+template <typename Element, int kHeadDim>
+Status run_decode(const DecodeProblem& p, bool prologue_ran) {
+  using C = Config<Element, kHeadDim>;
+  if (Status s = prepare_split_kernel<Element, kHeadDim>(nullptr); !s.ok()) return s;
+  int device = 0, major = 0;
+  FA_CUDA_TRY(cudaGetDevice(&device));
+  FA_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.row_chunks * p.num_splits),
+                     static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = C::kSmemBytes;
+  cfg.stream = static_cast<cudaStream_t>(p.stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = prologue_ran && major >= 9 ? 1 : 0;
+  FA_CUDA_TRY(cudaLaunchKernelEx(&cfg, split_kernel<C>, p));
+  return Status::success();
+}
+
+#define FLASHATTN_DECODE_EXTERN(E, D)                                  \
+  extern template Status run_decode<E, D>(const DecodeProblem&, bool); \
+  extern template Status blocks_per_sm<E, D>(int*);
+FLASHATTN_DECODE_EXTERN(__nv_bfloat16, 64)
+FLASHATTN_DECODE_EXTERN(__nv_bfloat16, 128)
+FLASHATTN_DECODE_EXTERN(__nv_bfloat16, 256)
+FLASHATTN_DECODE_EXTERN(__half, 64)
+FLASHATTN_DECODE_EXTERN(__half, 128)
+FLASHATTN_DECODE_EXTERN(__half, 256)
+#undef FLASHATTN_DECODE_EXTERN
+
+}  // namespace flashattn::decoding

@@ -1,0 +1,20 @@
+// The decode tile plan: fixed 16-row (one m16 MMA tile) by 16-key warp tiles, 4 warps per block
+// each streaming its own keys, and the cp.async pipeline depth per head dim.
+#pragma once
+
+namespace flashattn::decoding {
+
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = 32 * kWarps;
+
+// Stages of each warp's K/V ring. Decode is bound by HBM latency x bandwidth: an SM must keep
+// ~32 KB of loads in flight to stream at its share of ~3 TB/s (Little's law with ~1.5 us of
+// latency). A stage of one warp is 16 keys of K and V: 64·hd bytes. The depths keep a block near
+// 64-100 KB of shared memory so two blocks share an SM at hd 64/128 (each warp has stages - 1
+// tiles in flight while it computes one): hd 64: 4 stages, 64 KB; hd 128: 3 stages, 96 KB;
+// hd 256: 2 stages, 128 KB (one block per SM, still 64 KB in flight).
+constexpr int decode_stages(int head_dim) {
+  return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2;
+}
+
+}  // namespace flashattn::decoding

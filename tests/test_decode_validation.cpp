@@ -1,0 +1,270 @@
+// CPU tests of the decode validation rules: one test per rule, each refused with the code and a
+// message naming the argument. Shape rules go through check_decode_shapes, index rules through
+// check_decode_indices on host arrays (the same functions can_implement runs); can_implement
+// itself is checked to refuse host memory (no decode on the CPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "api/decode_validate.h"
+#include "flashattn/flashattn.h"
+#include "gpu_test_util.h"
+
+namespace fa = flashattn;
+
+namespace {
+
+// A small valid decode problem in host memory: batch 3, 2 query tokens, 8/2 heads, d 64, paged or
+// contiguous cache of capacity 64.
+struct HostDecode {
+  std::vector<uint16_t> q, o, k, v, kn, vn;
+  std::vector<float> lse;
+  std::vector<int32_t> seqlens{10, 0, 60}, table, batch_idx{2, 0, 1};
+  fa::DecodeParams p;
+
+  explicit HostDecode(bool paged) {
+    p.batch = 3;
+    p.seqlen_q = 2;
+    p.heads_q = 8;
+    p.heads_kv = 2;
+    p.head_dim = 64;
+    p.seqlen_new = 2;
+    if (paged) {
+      p.num_pages = 20;
+      p.page_size = 8;
+      p.max_pages = 8;
+      for (int b = 0; b < 3; ++b)
+        for (int i = 0; i < 8; ++i) table.push_back((b * 8 + i) % 20);
+    } else {
+      p.cache_seqlen = 64;
+    }
+    const size_t cache = size_t(paged ? 20 * 8 : 3 * 64) * 2 * 64;
+    q.assign(3 * 2 * 8 * 64, 0x3c00);
+    o.assign(q.size(), 0xFFFF);
+    k.assign(cache, 0);
+    v.assign(cache, 0);
+    kn.assign(3 * 2 * 2 * 64, 0x3c00);
+    vn.assign(kn.size(), 0x3c00);
+    lse.assign(3 * 8 * 2, NAN);
+    p.q.data = q.data();
+    p.o.data = o.data();
+    p.lse = lse.data();
+    p.k_cache.data = k.data();
+    p.v_cache.data = v.data();
+    p.k_new.data = kn.data();
+    p.v_new.data = vn.data();
+    p.cache_seqlens = seqlens.data();
+    if (paged) p.page_table = table.data();
+    fa::set_contiguous_layout(p);
+  }
+  fa::Status indices() const {
+    return fa::check_decode_indices(p, seqlens.data(), p.page_table ? table.data() : nullptr,
+                                    p.cache_batch_idx ? batch_idx.data() : nullptr);
+  }
+};
+
+struct Rule {
+  const char* name;
+  bool paged;
+  std::function<void(HostDecode&)> mutate;
+  const char* says;
+};
+
+const std::vector<Rule>& shape_rules() {
+  static const std::vector<Rule> r = {
+      {"bad_dtype", false, [](HostDecode& h) { h.p.dtype = static_cast<fa::DType>(9); },
+       "dtype: must be bf16 or fp16"},
+      {"batch_zero", false, [](HostDecode& h) { h.p.batch = 0; }, "batch: must be positive"},
+      {"batch_over_grid", false, [](HostDecode& h) { h.p.batch = 70000; },
+       "batch: must be <= 65535"},
+      {"heads_q_zero", false, [](HostDecode& h) { h.p.heads_q = 0; }, "heads_q: must be positive"},
+      {"heads_kv_zero", false, [](HostDecode& h) { h.p.heads_kv = 0; },
+       "heads_kv: must be positive"},
+      {"head_dim_zero", false, [](HostDecode& h) { h.p.head_dim = 0; },
+       "head_dim: must be positive"},
+      {"rows_over_int32", false,
+       [](HostDecode& h) {
+         h.p.batch = 65535;
+         h.p.seqlen_q = 16;
+         h.p.heads_q = 4096;
+       },
+       "batch: batch * seqlen_q * heads_q must be < 2^31"},
+      {"seqlen_q_zero", false, [](HostDecode& h) { h.p.seqlen_q = 0; },
+       "seqlen_q: must be in [1, 16]"},
+      {"seqlen_q_17", false, [](HostDecode& h) { h.p.seqlen_q = 17; },
+       "seqlen_q: must be in [1, 16]"},
+      {"gqa_not_multiple", false, [](HostDecode& h) { h.p.heads_kv = 3; },
+       "heads_q: must be a multiple of heads_kv"},
+      {"head_dim_96", false, [](HostDecode& h) { h.p.head_dim = 96; },
+       "head_dim: decode supports 64, 128 or 256"},
+      {"scale_nan", false, [](HostDecode& h) { h.p.softmax_scale = NAN; },
+       "softmax_scale: must be finite"},
+      {"window_left", false, [](HostDecode& h) { h.p.window_left = -2; },
+       "window_left: must be >= -1"},
+      {"window_right", false, [](HostDecode& h) { h.p.window_right = -2; },
+       "window_right: must be >= -1"},
+      {"causal_window_right", false,
+       [](HostDecode& h) {
+         h.p.causal = true;
+         h.p.window_right = 3;
+       },
+       "window_right: must be -1 or 0 when causal"},
+      {"no_cache_seqlens", false, [](HostDecode& h) { h.p.cache_seqlens = nullptr; },
+       "cache_seqlens: must not be null"},
+      {"num_splits_negative", false, [](HostDecode& h) { h.p.num_splits = -1; },
+       "num_splits: must be in [0, 128]"},
+      {"num_splits_too_many", false, [](HostDecode& h) { h.p.num_splits = 129; },
+       "num_splits: must be in [0, 128]"},
+      {"page_size_zero", true, [](HostDecode& h) { h.p.page_size = 0; }, "page_size: must be >= 1"},
+      {"num_pages_zero", true, [](HostDecode& h) { h.p.num_pages = 0; }, "num_pages: must be >= 1"},
+      {"max_pages_zero", true, [](HostDecode& h) { h.p.max_pages = 0; }, "max_pages: must be >= 1"},
+      {"page_table_stride_short", true, [](HostDecode& h) { h.p.page_table_stride = 7; },
+       "page_table_stride: must be 0 or >= max_pages"},
+      {"paged_capacity_overflow", true,
+       [](HostDecode& h) {
+         h.p.max_pages = 1 << 20;
+         h.p.page_size = 1 << 12;
+         h.p.page_table_stride = 0;
+       },
+       "max_pages: max_pages * page_size must fit in int32"},
+      {"paged_batch_idx", true, [](HostDecode& h) { h.p.cache_batch_idx = h.batch_idx.data(); },
+       "cache_batch_idx: not supported with a page_table"},
+      {"cache_seqlen_zero", false, [](HostDecode& h) { h.p.cache_seqlen = 0; },
+       "cache_seqlen: must be >= 1"},
+      {"cache_batch_negative", false, [](HostDecode& h) { h.p.cache_batch = -1; },
+       "cache_batch: must be >= 0"},
+      {"cache_batch_too_small", false, [](HostDecode& h) { h.p.cache_batch = 2; },
+       "cache_batch: 2 rows cannot serve batch 3"},
+      {"seqlen_new_negative", false, [](HostDecode& h) { h.p.seqlen_new = -1; },
+       "seqlen_new: must be >= 0"},
+      {"k_new_without_v_new", false, [](HostDecode& h) { h.p.v_new.data = nullptr; },
+       "k_new/v_new: give both or neither"},
+      {"k_new_with_zero_length", false, [](HostDecode& h) { h.p.seqlen_new = 0; },
+       "seqlen_new: must be >= 1 when k_new/v_new are given"},
+      {"seqlen_new_without_k_new", false,
+       [](HostDecode& h) {
+         h.p.k_new.data = nullptr;
+         h.p.v_new.data = nullptr;
+       },
+       "k_new/v_new: must be given when seqlen_new > 0"},
+      {"seqlen_new_over_capacity", false, [](HostDecode& h) { h.p.seqlen_new = 65; },
+       "seqlen_new: 65 exceeds the cache capacity 64"},
+  };
+  return r;
+}
+
+const std::vector<Rule>& index_rules() {
+  static const std::vector<Rule> r = {
+      {"seqlen_negative", false, [](HostDecode& h) { h.seqlens[1] = -1; },
+       "cache_seqlens[1]: must be >= 0"},
+      {"seqlen_over_capacity", false, [](HostDecode& h) { h.seqlens[2] = 63; },
+       "cache_seqlens[2]: 63 + seqlen_new 2 exceeds the cache capacity 64"},
+      {"paged_seqlen_over_capacity", true, [](HostDecode& h) { h.seqlens[0] = 63; },
+       "cache_seqlens[0]: 63 + seqlen_new 2 exceeds the cache capacity 64 (max_pages * page_size)"},
+      {"page_negative", true, [](HostDecode& h) { h.table[8 + 0] = -1; },
+       "page_table[1][0]: page -1 is outside [0, num_pages = 20)"},
+      {"page_too_large", true, [](HostDecode& h) { h.table[16 + 7] = 20; },
+       "page_table[2][7]: page 20 is outside"},
+      {"batch_idx_out_of_range", false,
+       [](HostDecode& h) {
+         h.p.cache_batch_idx = h.batch_idx.data();
+         h.batch_idx[1] = 3;
+       },
+       "cache_batch_idx[1]: 3 is outside [0, cache_batch = 3)"},
+      {"batch_idx_duplicate_with_append", false,
+       [](HostDecode& h) {
+         h.p.cache_batch_idx = h.batch_idx.data();
+         h.batch_idx[2] = 2;
+       },
+       "cache_batch_idx[2]: cache row 2 is also used by entry 0"},
+  };
+  return r;
+}
+
+class DecodeShapeRule : public ::testing::TestWithParam<size_t> {};
+TEST_P(DecodeShapeRule, RefusedWithNamedArgument) {
+  const Rule& rule = shape_rules()[GetParam()];
+  HostDecode h(rule.paged);
+  ASSERT_TRUE(fa::check_decode_shapes(h.p).ok()) << "the base problem must be valid";
+  rule.mutate(h);
+  const fa::Status s = fa::check_decode_shapes(h.p);
+  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos) << "message was \"" << s.message << "\"";
+  // can_implement and decode() report the same rule first, and write nothing.
+  EXPECT_EQ(fa::can_implement(h.p).message, s.message);
+  EXPECT_EQ(fa::decode(h.p).message, s.message);
+  for (uint16_t x : h.o) ASSERT_EQ(x, 0xFFFF);
+}
+INSTANTIATE_TEST_SUITE_P(AllRules, DecodeShapeRule,
+                         ::testing::Range<size_t>(0, shape_rules().size()), [](const auto& info) {
+                           return std::string(shape_rules()[info.param].name);
+                         });
+
+class DecodeIndexRule : public ::testing::TestWithParam<size_t> {};
+TEST_P(DecodeIndexRule, RefusedWithNamedEntry) {
+  const Rule& rule = index_rules()[GetParam()];
+  HostDecode h(rule.paged);
+  ASSERT_TRUE(h.indices().ok()) << "the base problem must be valid: " << h.indices().message;
+  rule.mutate(h);
+  ASSERT_TRUE(fa::check_decode_shapes(h.p).ok());
+  const fa::Status s = h.indices();
+  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos) << "message was \"" << s.message << "\"";
+}
+INSTANTIATE_TEST_SUITE_P(AllRules, DecodeIndexRule,
+                         ::testing::Range<size_t>(0, index_rules().size()), [](const auto& info) {
+                           return std::string(index_rules()[info.param].name);
+                         });
+
+// Entries past the pages a sequence reads are never looked at (padding such as -1 is fine), and
+// a duplicated cache row is fine when nothing is appended.
+TEST(DecodeIndices, UnreadPagesAndReadOnlySharingAreAccepted) {
+  HostDecode paged(true);
+  paged.table[7] = -1;  // batch 0 reads ceil((10 + 2) / 8) = 2 pages
+  EXPECT_TRUE(paged.indices().ok()) << paged.indices().message;
+  HostDecode shared(false);
+  shared.p.cache_batch_idx = shared.batch_idx.data();
+  shared.batch_idx = {1, 1, 1};
+  shared.p.k_new.data = shared.p.v_new.data = nullptr;
+  shared.p.seqlen_new = 0;
+  EXPECT_TRUE(fa::check_decode_shapes(shared.p).ok());
+  EXPECT_TRUE(shared.indices().ok()) << shared.indices().message;
+}
+
+TEST(DecodeValidation, HostMemoryIsRefused) {
+  HostDecode h(false);
+  const fa::Status s = fa::can_implement(h.p);
+  if (flashattn::testing::have_gpu()) {
+    EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+    EXPECT_NE(s.message.find("decode needs device memory, got host memory"), std::string::npos)
+        << s.message;
+  } else {
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_NE(s.message.find("decode: needs a CUDA device"), std::string::npos) << s.message;
+  }
+  EXPECT_EQ(fa::decode(h.p).code, s.code);
+  for (uint16_t x : h.o) ASSERT_EQ(x, 0xFFFF);
+}
+
+TEST(DecodeValidation, MemoryRulesComeBeforeTheDevice) {
+  HostDecode h(false);
+  h.p.q.stride[3] = 2;
+  EXPECT_NE(fa::can_implement(h.p).message.find("q.stride[3]"), std::string::npos);
+  HostDecode a(false);
+  a.p.o.data = a.q.data();
+  EXPECT_NE(fa::can_implement(a.p).message.find("o: overlaps input q"), std::string::npos)
+      << fa::can_implement(a.p).message;
+  HostDecode m(true);
+  m.p.k_new.data = m.k.data();
+  EXPECT_NE(fa::can_implement(m.p).message.find("k_new: overlaps k_cache"), std::string::npos)
+      << fa::can_implement(m.p).message;
+  HostDecode u(false);
+  u.p.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(u.lse.data()) + 2);
+  EXPECT_NE(fa::can_implement(u.p).message.find("lse: must be 4-byte aligned"), std::string::npos);
+}
+
+}  // namespace

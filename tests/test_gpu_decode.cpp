@@ -1,0 +1,455 @@
+// GPU decode tests (ctest label `gpu`): flashattn::decode against the fp64 reference with
+// FlashAttention's oracle, per batch entry (the reference attends to the entry's first
+// cache_seqlens[b] + seqlen_new keys, gathered from the expected cache). Outputs are poisoned (NaN)
+// before each run; cache positions past each sequence and unused pages hold NaN, so reading one
+// poisons the output; the appended cache must equal the expected one bit for bit everywhere.
+// Inputs are fresh random data from a printed seed. Without a CUDA device every test skips.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashattn/flashattn.h"
+#include "flashattn/reference.h"
+#include "gpu_test_util.h"
+
+namespace fa = flashattn;
+
+namespace {
+
+using flashattn::testing::DeviceBuffer;
+using flashattn::testing::have_gpu;
+using flashattn::testing::run_seed;
+
+constexpr uint16_t kNaN = 0xFFFF;
+
+struct Case {
+  fa::DType dtype;
+  int d, hq, hkv, sq;
+  std::vector<int> seqlens;  // cache_seqlens per batch entry (before the append)
+  int page_size;             // 0: contiguous
+  int seqlen_new;
+  bool causal;
+  int wl, wr;
+  int num_splits;
+  bool batch_idx;  // contiguous only: a permuted cache_batch_idx over a larger cache
+  float q_sigma;
+  int capacity = 0;  // 0: longest sequence + 7 (rounded up to whole pages)
+};
+
+std::string case_name(const Case& c) {
+  std::string s = flashattn::testing::CaseName(fa::Kernel::automatic, c.dtype)
+                      .num("_d", c.d)
+                      .num("_h", c.hq)
+                      .num("x", c.hkv)
+                      .num("_q", c.sq)
+                      .num("_b", static_cast<int>(c.seqlens.size()))
+                      .num("_k", *std::max_element(c.seqlens.begin(), c.seqlens.end()))
+                      .num(c.page_size ? "_page" : "_contig", c.page_size)
+                      .num("_new", c.seqlen_new)
+                      .mask(c.causal, c.wl, c.wr)
+                      .num("_splits", c.num_splits)
+                      .flag(c.batch_idx, "_idx")
+                      .flag(c.q_sigma > 1, "_big")
+                      .str();
+  return s.substr(5);  // drop "auto_"
+}
+
+struct Host {
+  fa::DecodeParams p;  // device pointers after run()
+  std::vector<uint16_t> q, k, v, kn, vn, k_expect, v_expect, o, k_after, v_after;
+  std::vector<float> lse;
+  std::vector<int32_t> seqlens, table, idx;
+  int cap = 0;
+};
+
+int64_t cache_index(const Host& h, int b, int j, int hk, int d) {
+  const fa::DecodeParams& p = h.p;
+  const int64_t* st = p.k_cache.stride;
+  if (p.page_table != nullptr) {
+    const int page = h.table[size_t(b) * p.max_pages + j / p.page_size];
+    return page * st[0] + (j % p.page_size) * st[1] + hk * st[2] + d;
+  }
+  const int row = p.cache_batch_idx ? h.idx[b] : b;
+  return row * st[0] + j * st[1] + hk * st[2] + d;
+}
+
+// Builds the inputs on the host (params hold host pointers), with the expected cache after the
+// append. `shuffle_seed` permutes the pages.
+void build(const Case& c, uint64_t seed, Host& h) {
+  fa::DecodeParams& p = h.p;
+  const int batch = static_cast<int>(c.seqlens.size());
+  p.dtype = c.dtype;
+  p.batch = batch;
+  p.seqlen_q = c.sq;
+  p.heads_q = c.hq;
+  p.heads_kv = c.hkv;
+  p.head_dim = c.d;
+  p.causal = c.causal;
+  p.window_left = c.wl;
+  p.window_right = c.wr;
+  p.num_splits = c.num_splits;
+  p.seqlen_new = c.seqlen_new;
+  const int longest = *std::max_element(c.seqlens.begin(), c.seqlens.end()) + c.seqlen_new;
+  int cap = c.capacity > 0 ? c.capacity : longest + 7;
+  std::mt19937_64 rng(seed ^ 0xdec0de);
+  int64_t cache_elems = 0;
+  if (c.page_size > 0) {
+    p.page_size = c.page_size;
+    p.max_pages = (cap + c.page_size - 1) / c.page_size;
+    cap = p.max_pages * c.page_size;
+    p.num_pages = batch * p.max_pages + 3;  // three pages nobody uses
+    std::vector<int32_t> ids(static_cast<size_t>(p.num_pages));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    h.table.assign(size_t(batch) * p.max_pages, -1);
+    for (int b = 0; b < batch; ++b) {
+      const int read = (c.seqlens[b] + c.seqlen_new + c.page_size - 1) / c.page_size;
+      for (int i = 0; i < read; ++i)
+        h.table[size_t(b) * p.max_pages + i] = ids[size_t(b) * p.max_pages + i];
+    }
+    p.page_table = h.table.data();
+    cache_elems = int64_t(p.num_pages) * c.page_size * c.hkv * c.d;
+  } else {
+    p.cache_seqlen = cap;
+    p.cache_batch = c.batch_idx ? batch + 2 : batch;
+    if (c.batch_idx) {
+      h.idx.resize(static_cast<size_t>(p.cache_batch));
+      std::iota(h.idx.begin(), h.idx.end(), 0);
+      std::shuffle(h.idx.begin(), h.idx.end(), rng);
+      h.idx.resize(static_cast<size_t>(batch));
+      p.cache_batch_idx = h.idx.data();
+    }
+    cache_elems = int64_t(p.cache_batch) * cap * c.hkv * c.d;
+  }
+  h.cap = cap;
+  fa::set_contiguous_layout(p);
+  h.seqlens.assign(c.seqlens.begin(), c.seqlens.end());
+  p.cache_seqlens = h.seqlens.data();
+
+  h.q.resize(size_t(batch) * c.sq * c.hq * c.d);
+  fa::reference::fill_normal(h.q.data(), std::ssize(h.q), c.dtype, seed, c.q_sigma);
+  // Every cache slot starts as NaN; the slots each sequence owns get data. A kernel that reads
+  // past a sequence (or an unused page, or another entry's row) produces NaN.
+  h.k.assign(size_t(cache_elems), kNaN);
+  h.v.assign(size_t(cache_elems), kNaN);
+  std::vector<uint16_t> rk(size_t(c.d)), rv(size_t(c.d));
+  uint64_t row_seed = seed * 31 + 7;
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < c.seqlens[b]; ++j)
+      for (int hk = 0; hk < c.hkv; ++hk) {
+        fa::reference::fill_normal(rk.data(), c.d, c.dtype, ++row_seed);
+        fa::reference::fill_normal(rv.data(), c.d, c.dtype, ++row_seed);
+        std::copy(rk.begin(), rk.end(), h.k.begin() + cache_index(h, b, j, hk, 0));
+        std::copy(rv.begin(), rv.end(), h.v.begin() + cache_index(h, b, j, hk, 0));
+      }
+  h.k_expect = h.k;
+  h.v_expect = h.v;
+  if (c.seqlen_new > 0) {
+    h.kn.resize(size_t(batch) * c.seqlen_new * c.hkv * c.d);
+    h.vn.resize(h.kn.size());
+    fa::reference::fill_normal(h.kn.data(), std::ssize(h.kn), c.dtype, seed + 11);
+    fa::reference::fill_normal(h.vn.data(), std::ssize(h.vn), c.dtype, seed + 12);
+    p.k_new.data = h.kn.data();
+    p.v_new.data = h.vn.data();
+    for (int b = 0; b < batch; ++b)
+      for (int n = 0; n < c.seqlen_new; ++n)
+        for (int hk = 0; hk < c.hkv; ++hk) {
+          const size_t src = ((size_t(b) * c.seqlen_new + n) * c.hkv + hk) * c.d;
+          const int64_t dst = cache_index(h, b, c.seqlens[b] + n, hk, 0);
+          std::copy_n(h.kn.begin() + src, c.d, h.k_expect.begin() + dst);
+          std::copy_n(h.vn.begin() + src, c.d, h.v_expect.begin() + dst);
+        }
+  }
+}
+
+template <typename T>
+void to_device(DeviceBuffer& buf, const std::vector<T>& host) {
+  ASSERT_TRUE(buf.ptr != nullptr) << "cudaMalloc failed";
+  ASSERT_EQ(cudaMemcpy(buf.ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+
+// Copies the inputs to the device, runs decode `runs` times (poisoning the outputs before each),
+// and leaves the last outputs and the cache in h.o/h.lse/h.k_after/h.v_after.
+void run(Host& h, int runs = 1, std::vector<uint16_t>* first_o = nullptr) {
+  fa::DecodeParams p = h.p;
+  const size_t no = h.q.size();
+  const size_t nl = size_t(p.batch) * p.heads_q * p.seqlen_q;
+  DeviceBuffer dq(no * 2), dout(no * 2), dl(nl * 4), dk(h.k.size() * 2), dv(h.v.size() * 2),
+      dkn(std::max<size_t>(h.kn.size(), 8) * 2), dvn(std::max<size_t>(h.vn.size(), 8) * 2),
+      ds(h.seqlens.size() * 4), dt(std::max<size_t>(h.table.size(), 1) * 4),
+      di(std::max<size_t>(h.idx.size(), 1) * 4);
+  to_device(dq, h.q);
+  to_device(ds, h.seqlens);
+  if (!h.table.empty()) to_device(dt, h.table);
+  if (!h.idx.empty()) to_device(di, h.idx);
+  if (!h.kn.empty()) {
+    to_device(dkn, h.kn);
+    to_device(dvn, h.vn);
+  }
+  if (::testing::Test::HasFatalFailure()) return;
+  p.q.data = dq.ptr;
+  p.o.data = dout.ptr;
+  p.lse = static_cast<float*>(dl.ptr);
+  p.k_cache.data = dk.ptr;
+  p.v_cache.data = dv.ptr;
+  p.cache_seqlens = static_cast<const int32_t*>(ds.ptr);
+  if (p.page_table) p.page_table = static_cast<const int32_t*>(dt.ptr);
+  if (p.cache_batch_idx) p.cache_batch_idx = static_cast<const int32_t*>(di.ptr);
+  if (p.k_new.data) {
+    p.k_new.data = dkn.ptr;
+    p.v_new.data = dvn.ptr;
+  }
+  for (int r = 0; r < runs; ++r) {
+    // The cache is restored before each run, so that a repeated append writes the same values.
+    to_device(dk, h.k);
+    to_device(dv, h.v);
+    ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, no * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dl.ptr, 0xFF, nl * 4), cudaSuccess);
+    const fa::Status s = fa::decode(p);
+    ASSERT_TRUE(s.ok()) << s.message;
+    const cudaError_t e = cudaDeviceSynchronize();
+    ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    h.o.resize(no);
+    ASSERT_EQ(cudaMemcpy(h.o.data(), dout.ptr, no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (r == 0 && first_o != nullptr) *first_o = h.o;
+  }
+  h.lse.resize(nl);
+  h.k_after.resize(h.k.size());
+  h.v_after.resize(h.v.size());
+  ASSERT_EQ(cudaMemcpy(h.lse.data(), dl.ptr, nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(h.k_after.data(), dk.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(h.v_after.data(), dv.ptr, h.v.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+}
+
+// The oracle on each batch entry: its keys gathered densely from the expected cache.
+void check_against_reference(const Case& c, Host& h, uint64_t seed) {
+  const fa::DecodeParams& p = h.p;
+  for (int b = 0; b < p.batch; ++b) {
+    const int len = h.seqlens[b] + c.seqlen_new;
+    std::vector<uint16_t> k(std::max<size_t>(size_t(len) * c.hkv * c.d, 8)), v(k.size());
+    for (int j = 0; j < len; ++j)
+      for (int hk = 0; hk < c.hkv; ++hk) {
+        const int64_t src = cache_index(h, b, j, hk, 0);
+        std::copy_n(h.k_expect.begin() + src, c.d, k.begin() + (int64_t(j) * c.hkv + hk) * c.d);
+        std::copy_n(h.v_expect.begin() + src, c.d, v.begin() + (int64_t(j) * c.hkv + hk) * c.d);
+      }
+    fa::ForwardParams f;
+    f.dtype = c.dtype;
+    f.batch = 1;
+    f.seqlen_q = c.sq;
+    f.seqlen_k = len;
+    f.heads_q = c.hq;
+    f.heads_kv = c.hkv;
+    f.head_dim = c.d;
+    f.causal = c.causal;
+    f.window_left = c.wl;
+    f.window_right = c.wr;
+    fa::set_contiguous_layout(f);
+    f.q.data = h.q.data() + size_t(b) * c.sq * c.hq * c.d;
+    f.k.data = k.data();
+    f.v.data = v.data();
+    f.o.data = h.o.data() + size_t(b) * c.sq * c.hq * c.d;
+    f.lse = h.lse.data() + size_t(b) * c.hq * c.sq;
+    const fa::reference::CheckResult r = fa::reference::check(f);
+    EXPECT_TRUE(r.ok) << case_name(c) << " entry " << b << " (keys " << len << ") seed " << seed
+                      << ": " << r.detail << " (max_err " << r.max_err << ", pt " << r.max_err_pt
+                      << ", atol " << r.atol << "; lse " << r.lse_max_err << " vs "
+                      << r.lse_max_err_pt << " + " << r.lse_atol << ", not finite " << r.not_finite
+                      << ")";
+    EXPECT_GT(r.checked, 0);
+  }
+}
+
+std::vector<Case> grid() {
+  using D = fa::DType;
+  std::vector<Case> cases;
+  const std::vector<std::vector<int>> lengths = {
+      {0, 1, 300, 1200}, {2047, 5, 999}, {4000}, {17, 64, 1}, {1500, 0}};
+  struct Heads {
+    int hq, hkv;
+  };
+  const Heads heads[] = {{8, 2}, {6, 1}, {4, 4}, {32, 8}, {16, 1}};
+  const int sqs[] = {1, 3, 16, 2};
+  struct M {
+    bool causal;
+    int wl, wr;
+  };
+  const M masks[] = {{false, -1, -1}, {true, -1, -1}, {true, 37, -1}, {false, 100, 3}};
+  const int splits[] = {0, 1, 5, 128};
+  int i = 0;
+  for (D dtype : {D::bf16, D::fp16})
+    for (int d : {64, 128, 256})
+      for (int ps : {0, 1, 16, 64, 256}) {
+        for (int rep = 0; rep < 2; ++rep, ++i) {
+          const Heads hd = heads[i % 5];
+          const int sq = sqs[(i / 5) % 4];
+          const M m = masks[(i / 2) % 4];
+          Case c{dtype,
+                 d,
+                 hd.hq,
+                 hd.hkv,
+                 sq,
+                 lengths[i % 5],
+                 ps,
+                 (i % 3 == 0) ? std::min(sq, 2) : 0,
+                 m.causal,
+                 m.wl,
+                 m.wr,
+                 splits[(i / 3) % 4],
+                 ps == 0 && (i % 4 == 1),
+                 (i % 7 == 0) ? 6.f : 1.f};
+          if (c.seqlen_new == 0 && i % 6 == 5) c.seqlen_new = 1;
+          cases.push_back(c);
+        }
+      }
+  return cases;
+}
+
+const std::vector<Case>& all_cases() {
+  static const std::vector<Case> c = grid();
+  return c;
+}
+
+class GpuDecode : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(GpuDecode, MatchesFp64ReferenceAndAppendsExactly) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = all_cases()[GetParam()];
+  const uint64_t seed = run_seed() + GetParam() * 7919;
+  Host h;
+  build(c, seed, h);
+  run(h);
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(h.k_after == h.k_expect)
+      << case_name(c) << ": k cache differs from the expected append";
+  EXPECT_TRUE(h.v_after == h.v_expect)
+      << case_name(c) << ": v cache differs from the expected append";
+  check_against_reference(c, h, seed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, GpuDecode, ::testing::Range<size_t>(0, all_cases().size()),
+                         [](const auto& info) {
+                           return case_name(all_cases()[info.param]) + "_n" +
+                                  std::to_string(info.param);
+                         });
+
+// A paged cache and a contiguous one of the same capacity holding the same keys give bitwise equal
+// outputs and LSE (same splits, same tiles, same arithmetic; only the addresses differ).
+TEST(GpuDecodeLayouts, PagedEqualsContiguousBitwise) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (int ps : {1, 16, 64, 256}) {
+    for (int num_splits : {0, 3}) {
+      Case c{fa::DType::bf16, 128,   32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
+             num_splits,      false, 1.f, 4096};
+      const uint64_t seed = run_seed() + ps;
+      Host contiguous, paged;
+      build(c, seed, contiguous);
+      c.page_size = ps;
+      build(c, seed, paged);
+      run(contiguous);
+      run(paged);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0)
+          << "page size " << ps << " splits " << num_splits;
+      EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
+          << "page size " << ps << " splits " << num_splits;
+    }
+  }
+}
+
+// Repeated runs give bitwise identical results (no races, no order-dependent reductions).
+TEST(GpuDecodeDeterminism, RepeatedRunsAreBitwiseIdentical) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c{fa::DType::fp16, 128, 32, 8, 1, {9000, 20, 4000}, 16, 1, false, -1, -1, 0,
+               false,           1.f};
+  Host h;
+  build(c, run_seed(), h);
+  std::vector<uint16_t> first;
+  run(h, 5, &first);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(std::memcmp(first.data(), h.o.data(), first.size() * 2), 0);
+}
+
+// Long context and many splits: sampled rows are enough here, the grid covers the edges.
+TEST(GpuDecodeLong, Batch1LongContextManySplits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c{fa::DType::bf16, 128, 32, 8, 1, {40000}, 64, 0, false, -1, -1, 0, false, 1.f};
+  Host h;
+  build(c, run_seed(), h);
+  run(h);
+  if (HasFatalFailure()) return;
+  check_against_reference(c, h, run_seed());
+}
+
+// Bad indices in device memory are refused before anything is launched: the output keeps its
+// poison and the cache is untouched.
+TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  struct Bad {
+    const char* says;
+    std::function<void(Host&)> mutate;
+  };
+  const Bad bads[] = {
+      {"page_table[1][0]: page 99999 is outside", [](Host& h) { h.table[h.p.max_pages] = 99999; }},
+      {"page_table[0][2]: page -5 is outside", [](Host& h) { h.table[2] = -5; }},
+      {"cache_seqlens[2]: 4096 + seqlen_new 1 exceeds the cache capacity 4096",
+       [](Host& h) { h.seqlens[2] = 4096; }},
+  };
+  for (const Bad& bad : bads) {
+    const Case c{fa::DType::bf16, 64, 8,  2, 1,     {100, 50, 10}, 16,  1,
+                 false,           -1, -1, 0, false, 1.f,           4096};
+    Host h;
+    build(c, run_seed(), h);
+    bad.mutate(h);
+    const size_t no = h.q.size();
+    DeviceBuffer dq(no * 2), dout(no * 2), dk(h.k.size() * 2), dv(h.v.size() * 2),
+        dkn(h.kn.size() * 2), dvn(h.vn.size() * 2), ds(h.seqlens.size() * 4),
+        dt(h.table.size() * 4);
+    to_device(dq, h.q);
+    to_device(dk, h.k);
+    to_device(dv, h.v);
+    to_device(dkn, h.kn);
+    to_device(dvn, h.vn);
+    to_device(ds, h.seqlens);
+    to_device(dt, h.table);
+    ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, no * 2), cudaSuccess);
+    fa::DecodeParams p = h.p;
+    p.q.data = dq.ptr;
+    p.o.data = dout.ptr;
+    p.lse = nullptr;
+    p.k_cache.data = dk.ptr;
+    p.v_cache.data = dv.ptr;
+    p.k_new.data = dkn.ptr;
+    p.v_new.data = dvn.ptr;
+    p.cache_seqlens = static_cast<const int32_t*>(ds.ptr);
+    p.page_table = static_cast<const int32_t*>(dt.ptr);
+    const fa::Status s = fa::decode(p);
+    EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+    EXPECT_NE(s.message.find(bad.says), std::string::npos) << s.message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    flashattn::testing::expect_all_poisoned(dout.ptr, no);
+    std::vector<uint16_t> k_after(h.k.size());
+    ASSERT_EQ(cudaMemcpy(k_after.data(), dk.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_TRUE(k_after == h.k) << "a refused call wrote the cache";
+
+    // Unchecked (check_indices off), the same bad input must still not fault: out-of-range pages
+    // and lengths are never dereferenced.
+    p.check_indices = false;
+    EXPECT_TRUE(fa::decode(p).ok());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+}
+
+}  // namespace
