@@ -234,6 +234,8 @@ def main(argv):
                     rec["error"] = "oracle: max|out-ref| > 2*max|pt-ref| + atol on sampled rows"
             except Exception as e:  # OOM (math at 16k), "No available kernel", refusals
                 rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                # A family not built for this shape (k4/k5: head dim 128 only) is not a failure.
+                rec["unsupported"] = isinstance(e, flashattn.UnsupportedError)
             finally:
                 sets = None
                 torch.cuda.synchronize()
@@ -273,7 +275,8 @@ def main(argv):
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(text)
-    failed = [r for r in doc["records"] if r["kernel"] in ours and not r["ok"]]
+    failed = [r for r in doc["records"]
+              if r["kernel"] in ours and not r["ok"] and not r.get("unsupported")]
     if failed:
         print(f"compare: {len(failed)} record(s) of our kernels failed or missed the oracle",
               file=sys.stderr)

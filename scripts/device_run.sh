@@ -2,7 +2,10 @@
 # One call on the lent GPU: runs the steps named as arguments, logging under $OUT (at most 8 files
 # come back). Binaries come prebuilt in .devbin/ (scripts/stage_device.sh).
 #   tests              GPU test suite (whole grid), then the CPU suite
+#   gtest:FILTER       the GPU test suite filtered (gtest --gtest_filter=FILTER)
 #   sanitize           compute-sanitizer memcheck/racecheck/synccheck on small shapes of each family
+#                      ($SANITIZE_KERNELS, default below; the Hopper ones need an sm_90 device)
+#   bench:ARGS         flashattn-bench with ARGS ('+' stands for a space) -> bench.log
 #   sweep:K1,K2,...    flashattn-bench --sweep standard for those kernels -> sweep.json
 #   peers:BACKENDS     bench/peers_sdpa.py on the standard grid -> peers.json
 #   cpu:MAXSEQ         the CPU backend on the standard grid up to MAXSEQ -> cpu.json
@@ -25,13 +28,24 @@ for step in "$@"; do
     sanitize)
       log "compute-sanitizer"
       for tool in memcheck racecheck synccheck; do
-        for k in k1 k2 fa2; do
+        for k in ${SANITIZE_KERNELS:-k1 k2 fa2 k3 k4 k5 k6}; do
           compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --kernel $k --batch 1 \
             --heads 2 --kv-heads 1 --seqlen-q 113 --seqlen-k 203 --hdim 128 --causal --iters 1 \
             --warmup 0 >> "$OUT/sanitize.log" 2>&1
           echo "$tool $k rc=$?" | tee -a "$OUT/summary.txt"
         done
       done
+      ;;
+    gtest:*)
+      log "gpu tests, filter ${step#gtest:}"
+      $B/flashattn_gpu_tests --gtest_brief=1 --gtest_filter="${step#gtest:}" 2>&1 \
+        | tee -a "$OUT/tests.log" | tail -8 | tee -a "$OUT/summary.txt"
+      ;;
+    bench:*)
+      log "flashattn-bench ${step#bench:}"
+      args=$(echo "${step#bench:}" | tr '+' ' ')
+      # shellcheck disable=SC2086
+      $B/flashattn-bench $args 2>&1 | tee -a "$OUT/bench.log" | tail -20
       ;;
     sweep:*)
       log "sweep ${step#sweep:}"

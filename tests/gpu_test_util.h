@@ -27,6 +27,31 @@ inline bool have_gpu() {
   return ok;
 }
 
+// The Hopper families (k3 to k6) are sm_90a code: they run on compute capability 9.0 only.
+inline bool is_hopper_kernel(Kernel k) {
+  return k == Kernel::k3 || k == Kernel::k4 || k == Kernel::k5 || k == Kernel::k6;
+}
+
+inline bool device_is_sm90() {
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+}
+
+// Whether `k` can run on this machine's device (tests of the others skip).
+inline bool kernel_runs_here(Kernel k) { return have_gpu() && (!is_hopper_kernel(k) || device_is_sm90()); }
+
+// What Kernel::automatic picks for a plain device problem here: the production path.
+inline Kernel expected_auto_kernel() { return device_is_sm90() ? Kernel::k6 : Kernel::fa2; }
+
 // Fresh every run unless FLASHATTN_SEED is set; printed once so a failure can be repeated.
 inline uint64_t run_seed() {
   static const uint64_t seed = [] {

@@ -13,6 +13,9 @@ struct KernelCaps {
   int max_cc_major = 0;      // 0: any newer major too; else the last major it runs on
   bool varlen = false;       // cu_seqlens_q / cu_seqlens_k
   bool hdim_v_differs = false;  // head_dim_v != head_dim (the 192/128 pair)
+  int only_head_dim = 0;        // 0: every head dim; else the one head dim it is built for
+  bool tma = false;             // q/k/v read by TMA: a dimension of extent > 1 needs a stride
+                                // in (0, 2^40) bytes
 };
 
 constexpr KernelCaps kernel_caps(Kernel kernel) {
@@ -24,6 +27,15 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
       return {.built = true, .min_cc = 80, .hdim_v_differs = true};
     case Kernel::fa2:
       return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true};
+    // Hopper (sm_90a only): K3, K4 and K5 are steps of the story, built for head dim 128.
+    case Kernel::k3:
+    case Kernel::k4:
+    case Kernel::k5:
+      return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true,
+              .only_head_dim = 128, .tma = true};
+    case Kernel::k6:
+      return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true,
+              .hdim_v_differs = true, .tma = true};
     default:
       return {};
   }

@@ -16,6 +16,10 @@ Status forward(const ForwardParams& params, Kernel kernel) {
     case Kernel::k1: return k1_forward(problem);
     case Kernel::k2: return k2_forward(problem);
     case Kernel::fa2: return fa2_forward(problem);
+    case Kernel::k3: return k3_forward(problem);
+    case Kernel::k4: return k4_forward(problem);
+    case Kernel::k5: return k5_forward(problem);
+    case Kernel::k6: return k6_forward(problem);
     default: break;
   }
   return {StatusCode::unsupported, std::string("kernel ") + kernel_name(kernel) +

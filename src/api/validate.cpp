@@ -259,6 +259,33 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
   return Status::success();
 }
 
+// TMA descriptors take one stride per dimension, non-zero and below 2^40 bytes (16-byte multiples
+// are already required of every family). A dimension of extent 1 is never stepped over.
+Status check_tma_strides(const ForwardParams& p, const std::string& k) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int64_t elem = dtype_size(p.dtype);
+  const struct {
+    const char* name;
+    const TensorRef& t;
+    int64_t extent[3];  // batch, token, head
+  } inputs[] = {
+      {"q", p.q, {varlen ? 1 : p.batch, varlen ? p.total_q : p.seqlen_q, p.heads_q}},
+      {"k", p.k, {varlen ? 1 : p.batch, varlen ? p.total_k : p.seqlen_k, p.heads_kv}},
+      {"v", p.v, {varlen ? 1 : p.batch, varlen ? p.total_k : p.seqlen_k, p.heads_kv}},
+  };
+  for (const auto& in : inputs) {
+    for (int i = 0; i < 3; ++i) {
+      const int64_t s = in.t.stride[i];
+      if (in.extent[i] > 1 && (s == 0 || s * elem >= (int64_t{1} << 40))) {
+        return unsupported(std::string(in.name) + ".stride[" + std::to_string(i) + "]: kernel " +
+                           k + " loads through TMA, which needs a stride in (0, 2^40) bytes for a "
+                           "dimension of extent > 1, got " + std::to_string(s));
+      }
+    }
+  }
+  return Status::success();
+}
+
 Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
   const std::string k = kernel_name(kernel);
   if (p.cu_seqlens_q != nullptr && !caps.varlen) {
@@ -268,6 +295,11 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
   if (dv != p.head_dim && !caps.hdim_v_differs) {
     return unsupported("head_dim_v: kernel " + k + " needs head_dim_v == head_dim");
   }
+  if (caps.only_head_dim != 0 && (p.head_dim != caps.only_head_dim || dv != caps.only_head_dim)) {
+    return unsupported("head_dim: kernel " + k + " is built for head_dim " +
+                       std::to_string(caps.only_head_dim) + " only (k6 has every head dim)");
+  }
+  if (caps.tma) return check_tma_strides(p, k);
   return Status::success();
 }
 

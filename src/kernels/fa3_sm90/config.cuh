@@ -1,0 +1,129 @@
+// Compile-time shape of one Hopper forward instantiation: the stage (K4, K5, K6), tile sizes,
+// warp roles with their register budgets, shared-memory layouts (the 128-byte swizzles wgmma and
+// TMA agree on), the two tiled wgmma's and the TMA copy types.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "kernels/fa3_sm90/tile_size.h"
+
+namespace flashattn::fa3 {
+
+using namespace cute;
+
+// Each stage is one idea on top of the last (docs/DESIGN.md, docs/PERF.md):
+//   k4: TMA ring + wgmma; every thread computes, one thread also issues the loads in line.
+//   k5: + warp specialization: a producer warp issues TMA, two consumer warpgroups compute,
+//       registers moved from producer to consumers with setmaxnreg.
+//   k6: + ping-pong of the two consumer warpgroups (named barriers order their GEMMs so one's
+//       softmax runs under the other's GEMMs), softmax of block j overlapping Q·Kᵀ of block j+1
+//       inside each warpgroup, and a persistent, longest-first tile scheduler.
+enum class Stage { k4, k5, k6 };
+
+// Warp roles of the warp-specialized stages and their registers per thread (setmaxnreg): the
+// producer gives up what the consumers need for S, P and O. 24 + 2 x 240 = 504 of 512 per lane.
+enum class Role { producer, consumer };
+inline constexpr int kProducerRegs = 24;
+inline constexpr int kConsumerRegs = 240;
+
+// K-major shared-memory atom for rows of kCols 16-bit elements: the widest swizzle whose span
+// divides the row (128-byte swizzle needs rows of a multiple of 64 elements).
+template <class Element, int kCols>
+using SmemAtomK = std::conditional_t<
+    kCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+    std::conditional_t<kCols % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+                       GMMA::Layout_K_SW32_Atom<Element>>>;
+
+template <class Element_, int kHeadDim_, int kHeadDimV_, Stage kStage_>
+struct Config {
+  using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr Stage kStage = kStage_;
+  static constexpr bool kWarpSpecialized = kStage != Stage::k4;
+  static constexpr bool kPingpong = kStage == Stage::k6;
+  static constexpr bool kOverlap = kStage == Stage::k6;     // softmax(j) under Q·Kᵀ(j+1)
+  static constexpr bool kPersistent = kStage == Stage::k6;  // one block per SM walks tiles
+
+  static constexpr TileSize kTile = tile_size(kHeadDim, kHeadDimV);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kConsumerWarpGroups = kBlockM / 64;
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
+  static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
+
+  using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
+  using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDimV>, Int<kBlockN>>;
+  // Warpgroup w owns query rows [64w, 64w + 64) of the tile in both GEMMs.
+  using WarpGroupLayout = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>;
+  // S = Q·Kᵀ: both operands from shared memory, K-major.
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, TileShapeQK>(), WarpGroupLayout{}));
+  // O += P·V: P from registers (the S accumulator, converted), V from shared memory read
+  // transposed (V is stored key-major; as the B operand it is N(=dv)-major).
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, TileShapePV, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      WarpGroupLayout{}));
+
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomK<Element, kHeadDim>{},
+                                             Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK<Element, kHeadDim>{},
+                                             Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtomK<Element, kHeadDimV>{},
+                                             Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));
+  // The same bytes as V, indexed (dv, key, stage): the B operand of P·V.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{},
+      make_ordered_layout(Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutO = decltype(tile_to_shape(SmemAtomK<Element, kHeadDimV>{},
+                                             Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+
+  static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);  // one stage
+  static constexpr int kBytesV = kBlockN * kHeadDimV * sizeof(Element);
+  static constexpr int kBytesO = kBlockM * kHeadDimV * sizeof(Element);
+  static constexpr int kSmemOptin = 227 * 1024;
+  // O gets its own buffer when it fits, so the next tile's Q can land while this tile's O is
+  // stored; otherwise it is staged in Q's buffer (d 192 and 256).
+  static constexpr bool kOInQ =
+      kBytesQ + kStages * (kBytesK + kBytesV) + kBytesO + 1024 > kSmemOptin;
+
+  static_assert(!kOInQ || kHeadDim == kHeadDimV, "O staged in Q's rows needs Q's row layout");
+
+  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>> v;
+    alignas(1024) cute::array_aligned<Element, kOInQ ? 8 : cosize_v<SmemLayoutO>> o;
+    alignas(16) uint64_t q_full;   // Q landed (TMA transaction barrier)
+    alignas(16) uint64_t q_empty;  // consumers are done with Q (and with O when kOInQ)
+    typename PipelineKV::SharedStorage pipeline_k;
+    typename PipelineKV::SharedStorage pipeline_v;
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= kSmemOptin, "tile plan exceeds Hopper shared memory");
+
+  // Global tensors as TMA sees them: (token, dim, head, batch) with a unit dim stride. Packed
+  // (varlen) tensors are one batch of total tokens; a tile's sequence start is a coordinate offset.
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}),
+                                      Shape<Int<kBlockN>, Int<kHeadDimV>>{}, _1{}));
+};
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,99 @@
+// The Hopper forward epilogue: O divided by l, rounded to the input type, staged through shared
+// memory (the swizzled layout keeps the fragment writes conflict-light) and written with 16-byte
+// stores of whole rows; rows past the sequence end are skipped. Each consumer warpgroup owns its
+// 64 rows of the staging buffer, so a warpgroup barrier (not a block barrier) orders writes and
+// reads and the two warpgroups never wait for each other here.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "common/named_barrier.cuh"
+#include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
+
+namespace flashattn::fa3 {
+
+template <class C>
+struct Epilogue {
+  using Element = typename C::Element;
+  using SharedStorage = typename C::SharedStorage;
+  static constexpr int kChunksPerRow = C::kHeadDimV / 8;  // 16-byte chunks
+  static constexpr int kRowsPerWG = 64;
+
+  const Problem& p;
+
+  // The thread's index among the consumers, read afresh from %tid.x: the epilogue's row and
+  // column offsets derive from it, and a plain threadIdx.x let the compiler hoist them to kernel
+  // start, where they stayed live across the mainloop (and spilled). Recomputing is a few ALU ops.
+  __device__ __forceinline__ static int consumer_tid() {
+    int tid;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+    return tid - (C::kWarpSpecialized ? 128 : 0);
+  }
+
+  __device__ __forceinline__ Element* out_rows(const TileWork& w) const {
+    return static_cast<Element*>(p.o) + w.seq.o_offset;
+  }
+
+  template <class FragO>
+  __device__ __forceinline__ void store(SharedStorage& ss, const TileWork& w, FragO& tOrO,
+                                        typename Consumer<C>::Softmax& softmax,
+                                        const typename C::TiledMmaPV& mma_pv) const {
+    const int ctid = consumer_tid(), wg = ctid / 128;
+    float inv[2], lse[2];
+    softmax.finalize(inv, lse);
+    Tensor o = rowcol(tOrO);
+    scale_rows(o, inv);
+    Tensor rO = make_tensor_like<Element>(tOrO);
+    convert_into(tOrO, rO);
+
+    auto thr_pv = mma_pv.get_thread_slice(ctid);
+    Element* staging = C::kOInQ ? ss.q.data() : ss.o.data();
+    Tensor sO = make_tensor(make_smem_ptr(staging), typename C::SmemLayoutO{});
+    named_barrier_sync(kEpilogueWG0 + wg, 128);  // the last tile's reads of these rows are done
+    copy(rO, thr_pv.partition_C(sO));
+    named_barrier_sync(kEpilogueWG0 + wg, 128);  // every row of the warpgroup is written
+
+    Element* out = out_rows(w);
+    const int64_t row_stride = p.o_stride[1];
+    const int wtid = ctid % 128;
+#pragma unroll
+    for (int i = wtid; i < kRowsPerWG * kChunksPerRow; i += 128) {
+      const int r = kRowsPerWG * wg + i / kChunksPerRow, col = i % kChunksPerRow * 8;
+      const int row = w.row0 + r;
+      if (row < w.seq.len_q) {
+        *reinterpret_cast<uint4*>(out + row * row_stride + col) =
+            *reinterpret_cast<const uint4*>(&sO(r, col));
+      }
+    }
+    if constexpr (C::kOInQ) cutlass::arch::ClusterBarrier::arrive(&ss.q_empty);
+
+    if (p.lse != nullptr && ctid % 4 == 0) {  // one lane of each quad holds the row's values
+      Tensor coords = rowcol(thr_pv.partition_C(
+          make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kHeadDimV>>{})));
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = w.row0 + get<0>(coords(r, 0));
+        if (row < w.seq.len_q) p.lse[w.seq.lse_offset + row] = lse[r];
+      }
+    }
+  }
+
+  // A tile no key is visible to: O = 0 and LSE = -inf, written without touching shared memory.
+  __device__ __forceinline__ void store_empty(const TileWork& w) const {
+    const int ctid = consumer_tid();
+    Element* out = out_rows(w);
+    const int64_t row_stride = p.o_stride[1];
+    for (int i = ctid; i < C::kBlockM * kChunksPerRow; i += C::kConsumerThreads) {
+      const int row = w.row0 + i / kChunksPerRow, col = i % kChunksPerRow * 8;
+      if (row < w.seq.len_q) *reinterpret_cast<uint4*>(out + row * row_stride + col) = uint4{};
+    }
+    if (p.lse != nullptr) {
+      for (int r = ctid; r < C::kBlockM; r += C::kConsumerThreads) {
+        if (w.row0 + r < w.seq.len_q) p.lse[w.seq.lse_offset + w.row0 + r] = -INFINITY;
+      }
+    }
+  }
+};
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,5 @@
+#include "kernels/fa3_sm90/launch.cuh"
+
+namespace flashattn::fa3 {
+template Status run_forward<cutlass::half_t, 128, 128, Stage::k6>(const Problem&);
+}  // namespace flashattn::fa3

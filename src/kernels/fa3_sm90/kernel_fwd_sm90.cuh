@@ -1,0 +1,128 @@
+// The Hopper forward kernel: assigns warp roles and walks tiles; the work is in the collectives
+// (mainloop_fwd_sm90_tma_wgmma.cuh, epilogue_fwd_sm90.cuh).
+//
+//   K4: two consumer warpgroups; thread 0 also issues every TMA, in line with its compute.
+//   K5/K6: warpgroup 0 is the producer (one thread issues TMA; the group drops to 24 registers),
+//          warpgroups 1 and 2 consume (240 registers each).
+//   K6 also runs persistently: gridDim.x blocks stride over the scheduler's tiles.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "kernels/fa3_sm90/config.cuh"
+#include "kernels/fa3_sm90/epilogue_fwd_sm90.cuh"
+#include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
+
+namespace flashattn::fa3 {
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_constant__ Params<C> params) {
+  using SharedStorage = typename C::SharedStorage;
+  using PipelineKV = typename C::PipelineKV;
+  using PipelineState = cutlass::PipelineState<C::kStages>;
+  using Barrier = cutlass::arch::ClusterBarrier;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
+
+  const int warp_group = threadIdx.x / 128;
+  const bool producer = C::kWarpSpecialized && warp_group == 0;
+  if (threadIdx.x == 0) {
+    Barrier::init(&ss.q_full, 1);
+    Barrier::init(&ss.q_empty, C::kConsumerThreads);
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+  }
+  typename PipelineKV::Params pk;
+  pk.role = !C::kWarpSpecialized ? PipelineKV::ThreadCategory::ProducerConsumer
+            : producer           ? PipelineKV::ThreadCategory::Producer
+                                 : PipelineKV::ThreadCategory::Consumer;
+  pk.is_leader = threadIdx.x == 0;  // the thread that issues TMA (producer or K4's thread 0)
+  pk.num_consumers = C::kConsumerThreads;
+  typename PipelineKV::Params pv = pk;
+  pk.transaction_bytes = C::kBytesK;
+  pv.transaction_bytes = C::kBytesV;
+  PipelineKV pipe_k(ss.pipeline_k, pk, Shape<_1, _1, _1>{});
+  PipelineKV pipe_v(ss.pipeline_v, pv, Shape<_1, _1, _1>{});
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  const Loader<C> loader{params};
+  const int num_tiles = params.scheduler.num_tiles();
+  const int tile_stride = C::kPersistent ? gridDim.x : num_tiles;
+
+  if constexpr (C::kWarpSpecialized) {
+    if (producer) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+      if (threadIdx.x != 0) return;
+      PipelineState state = cutlass::make_producer_start_state<PipelineKV>();
+      int q_loads = 0;
+      for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+        const TileWork w = tile_work(params, tile);
+        if (w.skip || w.empty()) continue;
+        if (q_loads > 0) Barrier::wait(&ss.q_empty, (q_loads - 1) & 1);
+        loader.load_q(ss, w);
+        ++q_loads;
+        for (int n = w.n_max - 1; n >= w.n_min; --n, ++state) {
+          loader.load_kv(ss, pipe_k, pipe_v, state, w, n);
+        }
+      }
+      return;
+    }
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+  }
+
+  const int ctid = threadIdx.x - (C::kWarpSpecialized ? 128 : 0);
+  Consumer<C> consumer{{}, {}, params.p, ctid, ctid / 128};
+  const Epilogue<C> epilogue{params.p};
+  // Ping-pong: warpgroup 0 issues first; warpgroup 1's standing arrival lets it.
+  if constexpr (C::kPingpong) {
+    if (consumer.wg == 1) named_barrier_arrive(kPingpongWG0, 2 * 128);
+  }
+  PipelineState state;
+  PipelineState load_state = cutlass::make_producer_start_state<PipelineKV>();  // K4 only
+  int q_reads = 0;
+  for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+    const TileWork w = tile_work(params, tile);
+    if (w.skip) continue;
+    if (w.empty()) {
+      epilogue.store_empty(w);
+      continue;
+    }
+    // K4: thread 0 loads Q and fills the ring, then refills a stage as soon as it is released.
+    const int blocks = w.n_max - w.n_min;
+    auto refill = [&](int visited) {
+      if constexpr (!C::kWarpSpecialized) {
+        const int next = visited + C::kStages;
+        if (threadIdx.x == 0 && next < blocks) {
+          loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - next);
+          ++load_state;
+        }
+      }
+    };
+    if constexpr (!C::kWarpSpecialized) {
+      if (threadIdx.x == 0) {
+        loader.load_q(ss, w);
+        for (int i = 0; i < C::kStages && i < blocks; ++i, ++load_state) {
+          loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - i);
+        }
+      }
+    }
+    Barrier::wait(&ss.q_full, q_reads & 1);
+    ++q_reads;
+    typename Consumer<C>::Softmax softmax(fabsf(params.p.scale_log2));
+    typename Consumer<C>::FragO tOrO;
+    if constexpr (C::kOverlap) {
+      consumer.mainloop_overlap(ss, pipe_k, pipe_v, state, w, tOrO, softmax);
+    } else {
+      consumer.mainloop_plain(ss, pipe_k, pipe_v, state, w, tOrO, softmax, refill);
+    }
+    // The tile's coordinates are derived again rather than kept live across the mainloop: the
+    // loop needs every register it can get, and re-reading them costs a few cached loads.
+    epilogue.store(ss, tile_work(params, tile), tOrO, softmax, consumer.mma_pv);
+  }
+}
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,108 @@
+// Host side of the Hopper family: builds the TMA descriptors and the tile scheduler for one
+// (element type, head_dim, head_dim_v, stage) instantiation and launches the kernel. Each
+// instantiation lives in its own file in inst/ (extern templates below); launch.cu dispatches.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "api/problem.h"
+#include "common/cuda_check.h"
+#include "kernels/fa3_sm90/kernel_fwd_sm90.cuh"
+
+namespace flashattn::fa3 {
+
+// L2 budget for one longest-first group of (sequence, head) pairs: about half of the H100's
+// 50 MB, so a group's K and V stay resident while its tiles run.
+inline constexpr int64_t kL2GroupBytes = 24ll << 20;
+
+// A global tensor as TMA reads it: (token, dim, head, batch). Modes of extent 1 get a stride TMA
+// accepts whatever the caller passed there (their stride is never used).
+template <class C>
+auto gmem_tensor(const void* data, int tokens, int dim, int heads, int batch,
+                 const int64_t (&stride)[3]) {
+  auto used = [](int extent, int64_t s) { return extent > 1 ? s : int64_t{8}; };
+  return make_tensor(make_gmem_ptr(static_cast<const typename C::Element*>(data)),
+                     make_shape(std::max(tokens, 1), dim, heads, batch),
+                     make_stride(used(tokens, stride[1]), _1{}, used(heads, stride[2]),
+                                 used(batch, stride[0])));
+}
+
+template <class Element, int kHeadDim, int kHeadDimV, Stage kStage>
+Status run_forward(const Problem& p) {
+  using C = Config<Element, kHeadDim, kHeadDimV, kStage>;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int batch = varlen ? 1 : p.batch;
+  const int tokens_q = varlen ? p.total_q : p.seqlen_q;
+  const int tokens_k = varlen ? p.total_k : p.seqlen_k;
+
+  Params<C> params;
+  params.p = p;
+  auto q = gmem_tensor<C>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
+  auto k = gmem_tensor<C>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
+  auto v = gmem_tensor<C>(p.v, tokens_k, kHeadDimV, p.heads_kv, batch, p.v_stride);
+  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename C::SmemLayoutQ{},
+                               Shape<Int<C::kBlockM>, Int<kHeadDim>>{}, _1{});
+  params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename C::SmemLayoutK{}),
+                               Shape<Int<C::kBlockN>, Int<kHeadDim>>{}, _1{});
+  params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename C::SmemLayoutV{}),
+                               Shape<Int<C::kBlockN>, Int<kHeadDimV>>{}, _1{});
+  params.shape_q = q.shape();
+  params.shape_k = k.shape();
+  params.shape_v = v.shape();
+
+  TileScheduler& sched = params.scheduler;
+  sched.num_m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+  sched.heads = p.heads_q;
+  sched.batch = p.batch;
+  const bool uneven = p.mask.left >= 0 || p.mask.right >= 0;  // tiles differ in work
+  const int64_t kv_bytes =
+      static_cast<int64_t>(std::max(p.seqlen_k, 1)) * (kHeadDim + kHeadDimV) * sizeof(Element);
+  sched.group_heads =
+      uneven ? static_cast<int>(std::clamp<int64_t>(kL2GroupBytes / kv_bytes, 1, INT_MAX)) : 0;
+  const int64_t tiles = static_cast<int64_t>(sched.num_m_blocks) * p.heads_q * p.batch;
+  if (tiles == 0) return Status::success();
+  if (tiles > INT_MAX) {
+    return {StatusCode::unsupported, "hopper kernels: batch * heads_q * ceil(seqlen_q / " +
+                                         std::to_string(C::kBlockM) + ") exceeds 2^31 - 1 tiles"};
+  }
+  int grid = static_cast<int>(tiles);
+  if constexpr (C::kPersistent) {
+    int device = 0, sms = 0;
+    FA_CUDA_TRY(cudaGetDevice(&device));
+    FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    grid = std::min(grid, sms);
+  }
+  const auto kernel = fwd_kernel<C>;
+  FA_CUDA_TRY(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  kernel<<<grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(params);
+  FA_CUDA_LAUNCH_CHECK("hopper fwd_kernel");
+  return Status::success();
+}
+
+#define FA_FA3_EXTERN(stage)                                                       \
+  extern template Status run_forward<cutlass::bfloat16_t, 64, 64, stage>(const Problem&);   \
+  extern template Status run_forward<cutlass::bfloat16_t, 96, 96, stage>(const Problem&);   \
+  extern template Status run_forward<cutlass::bfloat16_t, 128, 128, stage>(const Problem&); \
+  extern template Status run_forward<cutlass::bfloat16_t, 192, 192, stage>(const Problem&); \
+  extern template Status run_forward<cutlass::bfloat16_t, 192, 128, stage>(const Problem&); \
+  extern template Status run_forward<cutlass::bfloat16_t, 256, 256, stage>(const Problem&); \
+  extern template Status run_forward<cutlass::half_t, 64, 64, stage>(const Problem&);       \
+  extern template Status run_forward<cutlass::half_t, 96, 96, stage>(const Problem&);       \
+  extern template Status run_forward<cutlass::half_t, 128, 128, stage>(const Problem&);     \
+  extern template Status run_forward<cutlass::half_t, 192, 192, stage>(const Problem&);     \
+  extern template Status run_forward<cutlass::half_t, 192, 128, stage>(const Problem&);     \
+  extern template Status run_forward<cutlass::half_t, 256, 256, stage>(const Problem&);
+FA_FA3_EXTERN(Stage::k6)
+#undef FA_FA3_EXTERN
+extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k4>(const Problem&);
+extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k4>(const Problem&);
+extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k5>(const Problem&);
+extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k5>(const Problem&);
+
+}  // namespace flashattn::fa3

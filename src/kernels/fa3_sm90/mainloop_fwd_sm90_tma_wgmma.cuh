@@ -1,0 +1,302 @@
+// The Hopper forward mainloop: TMA loads into a ring of shared-memory stages completed on
+// mbarriers (the producer side), and the consumer side that runs, per key block,
+//     S = Q·Kᵀ (wgmma, both from shared memory),  mask,  online softmax,  rescale O,
+//     O += P·V (wgmma, P from registers).
+// Two consumer schedules: `plain` (K4, K5) waits for each GEMM before the next step; `overlap`
+// (K6) issues Q·K(j+1)ᵀ and P(j)·V(j) together and runs the softmax of block j+1 while P(j)·V(j)
+// is still on the tensor cores, with ping-pong barriers ordering the two warpgroups' GEMMs.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "api/problem.h"
+#include "common/mask.h"
+#include "common/named_barrier.cuh"
+#include "common/sequence_view.cuh"
+#include "kernels/fa3_sm90/config.cuh"
+#include "kernels/fa3_sm90/softmax_sm90.cuh"
+#include "kernels/fa3_sm90/tile_scheduler.cuh"
+
+namespace flashattn::fa3 {
+
+// Kernel parameters: the validated problem plus the TMA descriptors built on the host.
+template <class C>
+struct Params {
+  Problem p;
+  typename C::TmaQ tma_q;
+  typename C::TmaK tma_k;
+  typename C::TmaV tma_v;
+  typename C::GmemShape shape_q, shape_k, shape_v;  // (tokens, dim, heads, batch) as TMA sees them
+  TileScheduler scheduler;
+};
+
+// Barrier ids (bar.sync): 0 is __syncthreads.
+enum Barrier : int {
+  kPingpongWG0 = 1,   // consumer warpgroup 0 may issue its GEMMs
+  kPingpongWG1 = 2,   // consumer warpgroup 1 may issue its GEMMs
+  kEpilogueWG0 = 3,   // a warpgroup's rows of the O staging buffer are written / read
+  kEpilogueWG1 = 4,
+};
+
+// What one tile is: its coordinates, its sequence, and the key blocks [n_min, n_max) it visits
+// (last to first). `skip` tiles lie past the end of a variable-length sequence: nothing to write.
+struct TileWork {
+  TileCoord c;
+  int h_kv;
+  SequenceView seq;
+  Mask mask;
+  int row0;
+  int n_min, n_max;
+  bool skip;
+  __device__ __forceinline__ bool empty() const { return n_max <= n_min; }
+};
+
+template <class C>
+__device__ __forceinline__ TileWork tile_work(const Params<C>& params, int tile) {
+  const Problem& p = params.p;
+  TileWork w;
+  w.c = params.scheduler.coord(tile);
+  w.h_kv = w.c.head / p.group;
+  w.seq = sequence_view(p, w.c.batch, w.c.head, w.h_kv);
+  w.mask = Mask{w.seq.len_q, w.seq.len_k, p.mask.left, p.mask.right};
+  w.row0 = w.c.m_block * C::kBlockM;
+  w.skip = w.row0 >= w.seq.len_q;
+  int key_begin = 0, key_end = 0;
+  if (!w.skip) w.mask.key_range(w.row0, min(w.seq.len_q, w.row0 + C::kBlockM), key_begin, key_end);
+  w.n_min = key_begin / C::kBlockN;
+  w.n_max = key_end > key_begin ? (key_end + C::kBlockN - 1) / C::kBlockN : w.n_min;
+  return w;
+}
+
+// Producer side: one thread issues every TMA of a tile.
+template <class C>
+struct Loader {
+  using Element = typename C::Element;
+  using SharedStorage = typename C::SharedStorage;
+  using PipelineKV = typename C::PipelineKV;
+  using PipelineState = cutlass::PipelineState<C::kStages>;
+  const Params<C>& params;
+
+  __device__ __forceinline__ int batch_index(const TileWork& w) const {
+    return params.p.cu_seqlens_q != nullptr ? 0 : w.c.batch;
+  }
+
+  __device__ __forceinline__ void load_q(SharedStorage& ss, const TileWork& w) const {
+    Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
+    Tensor gQ = local_tile(
+        domain_offset(make_coord(w.seq.token_q, _0{}), mQ(_, _, w.c.head, batch_index(w))),
+        Shape<Int<C::kBlockM>, Int<C::kHeadDim>>{}, make_coord(w.c.m_block, _0{}));
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
+    auto [src, dst] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                    group_modes<0, 2>(gQ));
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.q_full, C::kBytesQ);
+    copy(params.tma_q.with(ss.q_full), src, dst);
+  }
+
+  // K and V of key block n into the stage `state` names, each on its own pipeline.
+  __device__ __forceinline__ void load_kv(SharedStorage& ss, PipelineKV& pipe_k,
+                                          PipelineKV& pipe_v, PipelineState state,
+                                          const TileWork& w, int n) const {
+    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
+    const int b = batch_index(w);
+    Tensor gK = local_tile(domain_offset(make_coord(w.seq.token_k, _0{}), mK(_, _, w.h_kv, b)),
+                           Shape<Int<C::kBlockN>, Int<C::kHeadDim>>{}, make_coord(n, _0{}));
+    Tensor gV = local_tile(domain_offset(make_coord(w.seq.token_k, _0{}), mV(_, _, w.h_kv, b)),
+                           Shape<Int<C::kBlockN>, Int<C::kHeadDimV>>{}, make_coord(n, _0{}));
+    Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutV{});
+    auto [k_src, k_dst] = tma_partition(params.tma_k, _0{}, Layout<_1>{},
+                                        group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [v_src, v_dst] = tma_partition(params.tma_v, _0{}, Layout<_1>{},
+                                        group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    pipe_k.producer_acquire(state);
+    copy(params.tma_k.with(*pipe_k.producer_get_barrier(state)), k_src, k_dst(_, state.index()));
+    pipe_v.producer_acquire(state);
+    copy(params.tma_v.with(*pipe_v.producer_get_barrier(state)), v_src, v_dst(_, state.index()));
+  }
+};
+
+// One wgmma batch: C (+)= A·B over the k slices, committed as one group. kWait >= 0 waits until
+// at most kWait groups are in flight; -1 returns with the batch in flight.
+template <bool kZeroInit, int kWait, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma(TiledMma& mma, TA& a, const TB& b, TC& c) {
+  // A from registers (P·V) unless its fragment is a shared-memory descriptor (Q·Kᵀ).
+  constexpr bool kARegisters =
+      !std::is_base_of_v<GMMA::DescriptorIterator, typename TA::engine_type::iterator>;
+  if constexpr (kARegisters) warpgroup_fence_operand(a);
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+#pragma unroll
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  if constexpr (kWait >= 0) warpgroup_wait<kWait>();
+  warpgroup_fence_operand(c);
+  if constexpr (kARegisters) warpgroup_fence_operand(a);
+}
+
+// Consumer side: a warpgroup's 64 query rows of the tile. Register tensors are partitioned per
+// call (compile-time layouts, a few address adds).
+template <class C>
+struct Consumer {
+  using Element = typename C::Element;
+  using SharedStorage = typename C::SharedStorage;
+  using PipelineKV = typename C::PipelineKV;
+  using PipelineState = cutlass::PipelineState<C::kStages>;
+  using Softmax = OnlineSoftmax<2>;
+  using FragO = decltype(partition_fragment_C(typename C::TiledMmaPV{},
+                                              Shape<Int<C::kBlockM>, Int<C::kHeadDimV>>{}));
+
+  typename C::TiledMmaQK mma_qk;
+  typename C::TiledMmaPV mma_pv;
+  const Problem& problem;  // in the kernel's parameter space
+  int ctid;                // thread index among the consumers
+  int wg;                  // consumer warpgroup
+
+  __device__ __forceinline__ void pingpong_sync() const {
+    if constexpr (C::kPingpong) named_barrier_sync(kPingpongWG0 + wg, 2 * 128);
+  }
+  __device__ __forceinline__ void pingpong_arrive() const {
+    if constexpr (C::kPingpong) named_barrier_arrive(kPingpongWG0 + (1 - wg), 2 * 128);
+  }
+
+  // S of key block n, fresh from Q·Kᵀ: sign flipped for a negative scale, then masked where
+  // the block is not wholly visible to the tile (diagonal, window edges, ragged last block).
+  // The sign is read from the kernel parameters at each use, not kept in a register.
+  template <class FragS, class Coords>
+  __device__ __forceinline__ void prepare_scores(FragS& s, const Coords& coords, const TileWork& w,
+                                                 int n) const {
+    if (problem.scale < 0.f) {
+#pragma unroll
+      for (int i = 0; i < size(s); ++i) s(i) = -s(i);
+    }
+    const int key0 = n * C::kBlockN;
+    const int row_end = min(w.seq.len_q, w.row0 + C::kBlockM);
+    if (!w.mask.tile_all_visible(w.row0, row_end, key0, key0 + C::kBlockN)) {
+      apply_mask(s, coords, w.mask, w.row0, key0);
+    }
+  }
+
+  // K4, K5: each GEMM waited for before the next step. `after_block(i)` runs once the i-th
+  // visited key block's stage is released (K4 refills it from there).
+  template <class AfterBlock>
+  __device__ __forceinline__ void mainloop_plain(SharedStorage& ss, PipelineKV& pipe_k,
+                                                 PipelineKV& pipe_v, PipelineState& state,
+                                                 const TileWork& w, FragO& tOrO,
+                                                 Softmax& softmax, AfterBlock&& after_block) {
+    auto thr_qk = mma_qk.get_thread_slice(ctid);
+    auto thr_pv = mma_pv.get_thread_slice(ctid);
+    Tensor tSrQ = thr_qk.partition_fragment_A(
+        make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{}));
+    Tensor tSrK = thr_qk.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{}));
+    Tensor tOrV = thr_pv.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutVt{}));
+    Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
+    Tensor coords = rowcol(
+        thr_qk.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{})));
+    Tensor rP = make_tensor_like<Element>(tSrS);
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    clear(tOrO);
+    for (int n = w.n_max - 1, i = 0; n >= w.n_min; --n, ++i) {
+      pipe_k.consumer_wait(state);
+      wgmma<true, 0>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
+      pipe_k.consumer_release(state);
+      if (n == w.n_min) release_q(ss);
+      Tensor s = rowcol(tSrS);
+      prepare_scores(s, coords, w, n);
+      float factor[2];
+      softmax.step(s, factor);
+      Tensor o = rowcol(tOrO);
+      scale_rows(o, factor);
+      convert_into(tSrS, rP);
+      pipe_v.consumer_wait(state);
+      wgmma<false, 0>(mma_pv, tOrP, tOrV(_, _, _, state.index()), tOrO);
+      pipe_v.consumer_release(state);
+      ++state;
+      after_block(i);
+    }
+  }
+
+  // K6: Q·K(j+1)ᵀ and P(j)·V(j) issued back to back; the softmax of block j+1 runs while
+  // P(j)·V(j) is on the tensor cores; O is rescaled once that GEMM is done.
+  __device__ __forceinline__ void mainloop_overlap(SharedStorage& ss, PipelineKV& pipe_k,
+                                                   PipelineKV& pipe_v, PipelineState& state,
+                                                   const TileWork& w, FragO& tOrO,
+                                                   Softmax& softmax) {
+    auto thr_qk = mma_qk.get_thread_slice(ctid);
+    auto thr_pv = mma_pv.get_thread_slice(ctid);
+    Tensor tSrQ = thr_qk.partition_fragment_A(
+        make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{}));
+    Tensor tSrK = thr_qk.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{}));
+    Tensor tOrV = thr_pv.partition_fragment_B(
+        make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutVt{}));
+    Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
+    Tensor coords = rowcol(
+        thr_qk.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{})));
+    Tensor rP = make_tensor_like<Element>(tSrS);
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    Tensor s = rowcol(tSrS);
+    Tensor o = rowcol(tOrO);
+    PipelineState state_v = state;
+    float factor[2];
+    clear(tOrO);
+
+    int n = w.n_max - 1;
+    pipe_k.consumer_wait(state);
+    pingpong_sync();
+    wgmma<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
+    pingpong_arrive();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+    pipe_k.consumer_release(state);
+    ++state;
+    if (n == w.n_min) release_q(ss);
+    prepare_scores(s, coords, w, n);
+    softmax.step(s, factor);
+    convert_into(tSrS, rP);
+
+    for (--n; n >= w.n_min; --n) {
+      pipe_k.consumer_wait(state);
+      pingpong_sync();
+      wgmma<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
+      pipe_v.consumer_wait(state_v);
+      wgmma<false, -1>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+      pingpong_arrive();
+      warpgroup_wait<1>();  // S of block n is in; P·V of the previous block may still run
+      warpgroup_fence_operand(tSrS);
+      pipe_k.consumer_release(state);
+      ++state;
+      if (n == w.n_min) release_q(ss);
+      prepare_scores(s, coords, w, n);
+      softmax.step(s, factor);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      pipe_v.consumer_release(state_v);
+      ++state_v;
+      scale_rows(o, factor);
+      convert_into(tSrS, rP);
+    }
+
+    pipe_v.consumer_wait(state_v);
+    pingpong_sync();
+    wgmma<false, -1>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+    pingpong_arrive();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    pipe_v.consumer_release(state_v);
+  }
+
+  // Q's buffer may be refilled once this thread's last Q·Kᵀ is done, unless O is staged there.
+  __device__ __forceinline__ void release_q(SharedStorage& ss) const {
+    if constexpr (!C::kOInQ) cutlass::arch::ClusterBarrier::arrive(&ss.q_empty);
+  }
+};
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,135 @@
+// Masking and the online softmax on wgmma accumulator fragments, plus the layout views that let
+// the softmax read the accumulator as (row, column) and P·V read it as its A operand.
+//
+// A thread of a 64-row wgmma holds two rows (lane/4 and lane/4 + 8 of its warp's 16) and, of
+// each row, columns 2t, 2t+1 (t = lane % 4) of every 8-column group. The four lanes of a quad
+// share the rows, so a row's max and sum are two xor-shuffles; the row sum stays a per-thread
+// partial until finalize().
+#pragma once
+
+#include <cmath>
+#include <cute/tensor.hpp>
+
+#include "common/convert.cuh"
+#include "common/mask.h"
+
+namespace flashattn::fa3 {
+
+using namespace cute;
+
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// ((2, 2, V), M, N) accumulator layout -> ((2, M), (2, V, N)): rows, then columns.
+template <class L>
+__device__ __forceinline__ constexpr auto rowcol_layout(L l) {
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)),
+                     make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
+}
+
+template <class Tensor>
+__device__ __forceinline__ auto rowcol(Tensor&& t) {
+  return make_tensor(t.data(), rowcol_layout(t.layout()));
+}
+
+// The S accumulator ((2, 2, N/8), 1, 1) read as the register A operand of a k16 wgmma:
+// ((2, 2, 2), 1, N/16) — two neighbouring 8-column groups make one k16 slice.
+template <class L>
+__device__ __forceinline__ constexpr auto acc_as_a_operand(L l) {
+  auto groups = logical_divide(get<0, 2>(l), Layout<_2>{});  // (2, V/2)
+  return make_layout(make_layout(get<0, 0>(l), get<0, 1>(l), get<0>(groups)), get<1>(l),
+                     make_layout(get<1>(groups), get<2>(l)));
+}
+
+// fp32 fragment -> a 16-bit fragment of the same size (rounded to nearest even).
+template <class TensorF, class TensorH>
+__device__ __forceinline__ void convert_into(const TensorF& from, TensorH& to) {
+  using Element = typename TensorH::value_type;
+#pragma unroll
+  for (int i = 0; i < size(from); ++i) to(i) = static_cast<Element>(from(i));
+}
+
+// S (rowcol view) becomes -inf where the mask hides (row0 + row, key0 + col); coordinates come
+// from the identity tensor partitioned like S.
+template <class Frag, class Coords>
+__device__ __forceinline__ void apply_mask(Frag& s, const Coords& c, const Mask& mask, int row0,
+                                           int key0) {
+#pragma unroll
+  for (int r = 0; r < size<0>(s); ++r) {
+    const int row = row0 + get<0>(c(r, 0));
+#pragma unroll
+    for (int j = 0; j < size<1>(s); ++j) {
+      if (!mask.visible(row, key0 + get<1>(c(r, j)))) s(r, j) = -INFINITY;
+    }
+  }
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Running max m (raw score units) and partial sum l of a thread's kRows rows. scale_log2 > 0
+// (the kernel negates S for a negative softmax scale).
+template <int kRows>
+struct OnlineSoftmax {
+  float m[kRows];
+  float l[kRows];
+  float scale_log2;
+
+  __device__ __forceinline__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0.f;
+  }
+
+  // One key block: S (rowcol) becomes P = 2^(S·scale_log2 - m_new·scale_log2); factor[r] is what
+  // O's row r must be multiplied by to move from the old max to the new one. A row with no
+  // visible key so far keeps m = -inf and gets P = 0 (its reference point is taken as 0).
+  template <class Frag>
+  __device__ __forceinline__ void step(Frag& s, float (&factor)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int j = 0; j < size<1>(s); ++j) mx = fmaxf(mx, s(r, j));
+      mx = quad_max(mx);
+      const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
+      factor[r] = exp2_approx(m[r] * scale_log2 - ref);  // 0 when m was -inf; l and O are 0 then
+      m[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < size<1>(s); ++j) {
+        const float p = exp2_approx(fmaf(s(r, j), scale_log2, -ref));
+        s(r, j) = p;
+        sum += p;
+      }
+      l[r] = fmaf(l[r], factor[r], sum);
+    }
+  }
+
+  // 1/l per row (0 for a row that saw no key: its O is 0) and the natural-log LSE (-inf then).
+  __device__ __forceinline__ void finalize(float (&inv)[kRows], float (&lse)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(l[r]);
+      const bool empty = sum == 0.f || sum != sum;
+      inv[r] = empty ? 0.f : 1.f / sum;
+      lse[r] = empty ? -INFINITY : (m[r] * scale_log2 + __log2f(sum)) * kLn2;
+    }
+  }
+};
+
+// Multiplies row r of an accumulator (rowcol view) by factor[r].
+template <class Frag, int kRows>
+__device__ __forceinline__ void scale_rows(Frag& o, const float (&factor)[kRows]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < size<1>(o); ++j) o(r, j) *= factor[r];
+}
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,36 @@
+# Hopper forward (K3-K6): TMA, wgmma and setmaxnreg need the arch-specific sm_90a target,
+# so these translation units build as their own object library with HOPPER arch flags and are
+# linked into flashattn. One instantiation per (stage, dtype, head_dim[, head_dim_v]): K6 for every
+# head dim, K3/K4/K5 (the steps of the story) for head dim 128.
+add_library(flashattn_sm90 OBJECT
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch_k3.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k3_bf16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k3_fp16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k4_bf16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k4_fp16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k5_bf16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k5_fp16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim64.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim96.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim192.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim192x128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim256.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim64.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim96.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim192.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim192x128.cu
+  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim256.cu)
+target_include_directories(flashattn_sm90 PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(flashattn_sm90 PRIVATE flashattn_cutlass)
+target_compile_options(flashattn_sm90 PRIVATE
+  -Xcompiler=-Wall,-Wextra --expt-relaxed-constexpr -lineinfo -Xptxas=--warn-on-spills)
+flashattn_cuda_arch(flashattn_sm90 HOPPER)
+target_sources(flashattn PRIVATE $<TARGET_OBJECTS:flashattn_sm90>)
+# Every sm_90a object is compiled through a launcher that fails the build on spills, serialized
+# wgmma or missing wgmma/setmaxnreg in the PTX (cmake/hopper_compile_check.sh): the CI machine has
+# no GPU, so this is its proof that the Hopper kernels are what they claim to be.
+set_target_properties(flashattn_sm90 PROPERTIES
+  CUDA_COMPILER_LAUNCHER ${PROJECT_SOURCE_DIR}/cmake/hopper_compile_check.sh)

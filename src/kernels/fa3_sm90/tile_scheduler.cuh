@@ -1,0 +1,41 @@
+// Which (query tile, head, sequence) a thread block computes next. One linear tile index, decoded
+// the same way by the producer and the consumers, so they need no shared-memory handshake.
+//
+// Dense masks: query tiles fastest, so blocks running at the same time share one head's K and V
+// in L2. Causal/windowed masks (tiles differ in work): longest first within groups of heads
+// whose K and V fit in about half of the 50 MB L2 — a longest-processing-time order that keeps
+// the tail short without scattering the working set over every head.
+#pragma once
+
+namespace flashattn::fa3 {
+
+struct TileCoord {
+  int m_block, head, batch;
+};
+
+struct TileScheduler {
+  int num_m_blocks = 0;
+  int heads = 0;
+  int batch = 0;
+  int group_heads = 1;  // (sequence, head) pairs per longest-first group; 0 = dense order
+
+  __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
+
+  __device__ __forceinline__ TileCoord coord(int tile) const {
+    int m_block, bh;
+    if (group_heads == 0) {
+      m_block = tile % num_m_blocks;
+      bh = tile / num_m_blocks;
+    } else {
+      const int per_group = group_heads * num_m_blocks;
+      const int group = tile / per_group, r = tile % per_group;
+      const int pairs = heads * batch;
+      const int in_group = min(group_heads, pairs - group * group_heads);
+      m_block = num_m_blocks - 1 - r / in_group;
+      bh = group * group_heads + r % in_group;
+    }
+    return {m_block, bh % heads, bh / heads};
+  }
+};
+
+}  // namespace flashattn::fa3

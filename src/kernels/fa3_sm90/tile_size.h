@@ -1,0 +1,27 @@
+// The one tile-size function of the Hopper family (K4, K5, K6): a pure constexpr function of the
+// head dims, so the host (grid, shared memory) and the kernel (register tiles) agree by
+// construction. Measured alternatives are recorded beside each choice.
+#pragma once
+
+namespace flashattn::fa3 {
+
+struct TileSize {
+  int block_m;  // query rows per tile: 64 per consumer warpgroup (one wgmma M)
+  int block_n;  // keys per mainloop iteration (the N of S = Q·Kᵀ, the K of O += P·V)
+  int stages;   // K and V shared-memory buffers each
+};
+
+// Shared memory is Q (block_m x d) + stages x (K: block_n x d + V: block_n x dv) + O (block_m x
+// dv, unless it reuses Q's buffer), 2 bytes each, within the 227 KB a Hopper block may opt into.
+// Registers per consumer thread (two consumer warpgroups at 240 registers each): S is block_n / 2
+// fp32, O is dv / 2 fp32, P is block_n / 4.
+constexpr TileSize tile_size(int head_dim, int head_dim_v) {
+  if (head_dim <= 64) return {128, 128, 2};
+  if (head_dim <= 128) return {128, 128, 2};
+  // d 192: 96 keys spilled 4 bytes (S 48 + P 24 + O 96 fp32 registers of 240); 80 fits.
+  if (head_dim <= 192) return {128, head_dim_v <= 128 ? 112 : 80, 2};
+  // d 256: 80 keys spilled 96 bytes (S 40 + P 20 + O 128 fp32 registers); 64 fits.
+  return {128, 64, 2};
+}
+
+}  // namespace flashattn::fa3
