@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the lent GPU: runs the steps named as arguments, logging under $OUT (at most 8 files
-# come back). Binaries come prebuilt in .devbin/ (scripts/stage_device.sh).
-#   tests              GPU test suite (whole grid), then the CPU suite
+# come back). Binaries come prebuilt and packed in .devbin/bin.tar.xz (scripts/stage_device.sh);
+# the Python steps load the package from python/ over the carried libflashattn_c.so.
+#   tests              GPU test suite (whole grid; the CPU suites run in CI)
 #   gtest:FILTER       the GPU test suite filtered (gtest --gtest_filter=FILTER)
 #   sanitize           compute-sanitizer memcheck/racecheck/synccheck on small shapes of each family
 #                      ($SANITIZE_KERNELS, default below; the Hopper ones need an sm_90 device)
@@ -9,12 +10,14 @@
 #   sweep:K1,K2,...    flashattn-bench --sweep standard for those kernels -> sweep.json
 #   peers:BACKENDS     bench/peers_sdpa.py on the standard grid -> peers.json
 #   cpu:MAXSEQ         the CPU backend on the standard grid up to MAXSEQ -> cpu.json
-#   python             pip-installs the carried wheel (.whl/, scripts/build_wheel.sh), runs pytest
+#   python             pytest tests/python against the carried library
 #   compare            bench/compare.py: our kernels and SDPA backends -> compare.{json,png,md}
 set -uo pipefail
 OUT=${OUT:-/tmp/flashattn_out}
 mkdir -p "$OUT"
-B=.devbin
+B=/tmp/flashattn_bin
+mkdir -p "$B" && tar -C "$B" -xJf .devbin/bin.tar.xz
+export FLASHATTN_LIBRARY=$B/libflashattn_c.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv \
   | tee -a "$OUT/summary.txt"
@@ -23,7 +26,6 @@ for step in "$@"; do
     tests)
       log "gpu tests"
       $B/flashattn_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/tests.log" | tail -5 | tee -a "$OUT/summary.txt"
-      $B/flashattn_cpu_tests --gtest_brief=1 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
       ;;
     sanitize)
       log "compute-sanitizer"
@@ -64,8 +66,6 @@ for step in "$@"; do
       ;;
     python)
       log "python package: pytest"
-      python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/flashattn-*.whl
-      export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
       python3 -c "import torch,flashattn;print(torch.__version__,torch.cuda.get_device_name(),flashattn.built_kernels())" \
         | tee -a "$OUT/summary.txt"
       timeout 300 python3 -m pytest tests/python -q -rs > "$OUT/pytest.log" 2>&1
@@ -74,8 +74,7 @@ for step in "$@"; do
       ;;
     compare)
       log "bench/compare.py (our kernels and SDPA, one process)"
-      python3 -m pip install -q --no-deps --no-index --target /tmp/site .whl/flashattn-*.whl
-      PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/compare.py --json "$OUT/compare.json" \
+      python3 bench/compare.py --json "$OUT/compare.json" \
         --plot "$OUT/compare.png" --markdown "$OUT/compare.md" > "$OUT/compare.log" 2>&1
       echo "compare rc=$?" | tee -a "$OUT/summary.txt"
       tail -50 "$OUT/compare.log"

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Copies the binaries a device run needs into .devbin/ (ignored by git), so the device tool can
-# carry them: the GPU has no network and builds are cheaper here. Usage: scripts/stage_device.sh
+# Packs what a device run needs into .devbin/bin.tar.xz (ignored by git), so the device tool can
+# carry it: the GPU has no network and builds are cheaper here. The three binaries (the GPU test
+# suite, flashattn-bench, libflashattn_c.so for the Python package) are ~65 MB raw, more than a
+# call may carry; xz brings them to ~9 MB. scripts/device_run.sh unpacks them on the device.
+# Usage: scripts/stage_device.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --build --preset default
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+cp build/tests/flashattn_gpu_tests build/tools/flashattn-bench build/python/libflashattn_c.so "$stage/"
 rm -rf .devbin && mkdir -p .devbin
-cp build/tests/flashattn_gpu_tests build/tests/flashattn_cpu_tests build/tools/flashattn-bench .devbin/
+tar -C "$stage" -cf - . | xz -1 -T2 > .devbin/bin.tar.xz
 du -sh .devbin

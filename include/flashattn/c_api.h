@@ -1,5 +1,6 @@
-/* flashattn C API: a stable ABI over flashattn::forward() for front ends that cannot link C++
- * (the Python package loads it with ctypes, so one shared library serves every Python and torch).
+/* flashattn C API: a stable ABI over flashattn::forward() and flashattn::decode() for front ends
+ * that cannot link C++ (the Python package loads it with ctypes, so one shared library serves
+ * every Python and torch).
  *
  * Rules of the ABI:
  *   - plain C types of fixed width; enums travel as int32_t with the values below, which equal
@@ -118,6 +119,65 @@ FLASHATTN_C_EXPORT int flashattn_c_kernel_runs_on_host(int kernel);
 
 /* sizeof(flashattn_c_fwd_params) in this library, for callers that check their mirror. */
 FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
+
+/* Version 1 of the decode parameters (flashattn::DecodeParams, decode.h: the fields mean what the
+ * same-named fields there mean; `struct_size` as above): 80 bytes of 32-bit fields, then pointers
+ * and 64-bit fields, no implicit padding (368 bytes on LP64). Strides are in elements, ordered
+ * (batch, seqlen, heads, dim); the cache's are (cache row or page, row in it, heads, dim). The
+ * caches are written in place when k_new/v_new are given. */
+typedef struct flashattn_c_decode_params {
+  uint32_t struct_size; /* sizeof(flashattn_c_decode_params) as the caller knows it */
+  int32_t dtype;        /* FLASHATTN_C_BF16 or FLASHATTN_C_FP16 */
+  int32_t batch;
+  int32_t seqlen_q; /* 1..16 */
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim;
+  int32_t cache_batch;  /* contiguous cache: its rows (0: batch) */
+  int32_t cache_seqlen; /* contiguous cache: tokens per row */
+  int32_t num_pages;    /* paged cache (page_table set) */
+  int32_t page_size;
+  int32_t max_pages; /* columns of page_table */
+  int32_t seqlen_new;   /* tokens in k_new/v_new (0: nothing appended) */
+  float softmax_scale;  /* 0: 1/sqrt(head_dim) */
+  int32_t causal;       /* 0 or 1 */
+  int32_t window_left;  /* -1: unbounded */
+  int32_t window_right; /* -1: unbounded */
+  int32_t num_splits;   /* 0: chosen by the library */
+  int32_t check_indices; /* 1: copy the index arrays to the host and refuse bad ones (syncs) */
+  uint32_t reserved;     /* must be 0 */
+
+  const void* q;
+  void* o;
+  float* lse; /* optional fp32 (batch, heads_q, seqlen_q) */
+  void* k_cache;
+  void* v_cache;
+  const int32_t* cache_batch_idx; /* optional (batch), contiguous caches only */
+  const int32_t* page_table;      /* optional (batch, max_pages): the cache is paged */
+  const int32_t* cache_seqlens;   /* (batch), required */
+  const void* k_new;              /* optional (batch, seqlen_new, heads_kv, head_dim) */
+  const void* v_new;
+  void* stream;              /* cudaStream_t */
+  int64_t page_table_stride; /* elements between page_table rows (0: max_pages) */
+  int64_t q_stride[4];
+  int64_t o_stride[4];
+  int64_t k_cache_stride[4];
+  int64_t v_cache_stride[4];
+  int64_t k_new_stride[4];
+  int64_t v_new_stride[4];
+} flashattn_c_decode_params;
+
+/* Validates, appends k_new/v_new into the caches and runs decode attention (asynchronously on
+ * `stream`; with check_indices, after a synchronising copy of the indices). Returns a status. */
+FLASHATTN_C_EXPORT int flashattn_c_decode(const flashattn_c_decode_params* params, char* err,
+                                          size_t err_len);
+
+/* Validates only: FLASHATTN_C_OK when flashattn_c_decode() would run. */
+FLASHATTN_C_EXPORT int flashattn_c_decode_can_implement(const flashattn_c_decode_params* params,
+                                                        char* err, size_t err_len);
+
+/* sizeof(flashattn_c_decode_params) in this library. */
+FLASHATTN_C_EXPORT size_t flashattn_c_decode_params_size(void);
 
 /* The library version, "major.minor.patch" (a static string). */
 FLASHATTN_C_EXPORT const char* flashattn_c_version(void);

@@ -5,15 +5,17 @@
 
 The kernels live in libflashattn_c.so, reached through its C ABI with ctypes (no extension is
 compiled against Python or PyTorch). The functions are torch.library custom ops
-(torch.ops.flashattn.fwd / varlen_fwd) with fake implementations, so torch.compile traces them.
+(torch.ops.flashattn.fwd / varlen_fwd / fwd_kvcache) with fake implementations, so
+torch.compile traces them.
 """
 from . import _lib
 from ._lib import UnsupportedError, library_path
-from .interface import flash_attn_func, flash_attn_varlen_func
+from .interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 
 __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
     "UnsupportedError",
     "built_kernels",
     "gpu_kernels",

@@ -67,3 +67,45 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(m, bool) or not isinstance(m, (int, torch.SymInt)) or m < 0:
             raise ValueError(f"{name}: expected an integer >= 0, got {m!r}")
+
+
+def _index(name, t, ndim, layout, device):
+    _tensor(name, t, ndim, layout)
+    if t.dtype != torch.int32:
+        raise ValueError(f"{name}.dtype: must be torch.int32, got {t.dtype}")
+    _same(f"{name}.device", t.device, device, "q.device")
+
+
+def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table):
+    """q (b, sq, hq, d); caches (cache_batch, seqlen_cache, hkv, d), or (num_pages, page_size,
+    hkv, d) with block_table (b, max_pages); k/v (b, seqlen_new, hkv, d) or None; index tensors
+    int32 on q's device (cache_seqlens already a tensor here)."""
+    layout = "(batch, seqlen, heads, head_dim)"
+    _qkv(q, k_cache, v_cache, 4, layout)
+    if q.device.type != "cuda":
+        raise ValueError(f"q.device: flash_attn_with_kvcache runs on CUDA tensors, got {q.device}")
+    _same("k_cache.shape", tuple(k_cache.shape), tuple(v_cache.shape), "v_cache.shape")
+    _same("k_cache.shape[3] (head_dim)", k_cache.shape[3], q.shape[3], "q's head_dim")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:  # written in place: a copy would leave the caller's cache as it was
+            raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got "
+                             f"strides {tuple(t.stride())}")
+    if (k is None) != (v is None):
+        raise ValueError("k, v: give both or neither")
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            _tensor(name, t, 4, layout)
+            _same(f"{name}.dtype", t.dtype, q.dtype, "q.dtype")
+            _same(f"{name}.device", t.device, q.device, "q.device")
+        _same("k.shape", tuple(k.shape), tuple(v.shape), "v.shape")
+        _same("k.shape[0] (batch)", k.shape[0], q.shape[0], "q's batch")
+        _same("k.shape[2:] (heads_kv, head_dim)", tuple(k.shape[2:]), tuple(k_cache.shape[2:]),
+              "k_cache's")
+    _index("cache_seqlens", cache_seqlens, 1, "(batch,)", q.device)
+    _same("cache_seqlens.shape[0]", cache_seqlens.shape[0], q.shape[0], "q's batch")
+    if cache_batch_idx is not None:
+        _index("cache_batch_idx", cache_batch_idx, 1, "(batch,)", q.device)
+        _same("cache_batch_idx.shape[0]", cache_batch_idx.shape[0], q.shape[0], "q's batch")
+    if block_table is not None:
+        _index("block_table", block_table, 2, "(batch, max_pages)", q.device)
+        _same("block_table.shape[0]", block_table.shape[0], q.shape[0], "q's batch")

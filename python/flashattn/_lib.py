@@ -66,8 +66,61 @@ class Params(ctypes.Structure):
 assert ctypes.sizeof(Params) == 256 and Params.q.offset == 64 and Params.q_stride.offset == 128
 
 
+class DecodeParams(ctypes.Structure):
+    """Mirror of flashattn_c_decode_params, version 1 (368 bytes, no implicit padding)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("heads_q", ctypes.c_int32),
+        ("heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("cache_batch", ctypes.c_int32),
+        ("cache_seqlen", ctypes.c_int32),
+        ("num_pages", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("max_pages", ctypes.c_int32),
+        ("seqlen_new", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("check_indices", ctypes.c_int32),
+        ("reserved", ctypes.c_uint32),
+        ("q", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("k_cache", ctypes.c_void_p),
+        ("v_cache", ctypes.c_void_p),
+        ("cache_batch_idx", ctypes.c_void_p),
+        ("page_table", ctypes.c_void_p),
+        ("cache_seqlens", ctypes.c_void_p),
+        ("k_new", ctypes.c_void_p),
+        ("v_new", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("page_table_stride", ctypes.c_int64),
+        ("q_stride", ctypes.c_int64 * 4),
+        ("o_stride", ctypes.c_int64 * 4),
+        ("k_cache_stride", ctypes.c_int64 * 4),
+        ("v_cache_stride", ctypes.c_int64 * 4),
+        ("k_new_stride", ctypes.c_int64 * 4),
+        ("v_new_stride", ctypes.c_int64 * 4),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(DecodeParams), **fields)
+
+
+assert (ctypes.sizeof(DecodeParams) == 368 and DecodeParams.q.offset == 80
+        and DecodeParams.q_stride.offset == 176)
+
+
 def _declare(lib):
     P = ctypes.POINTER(Params)
+    D = ctypes.POINTER(DecodeParams)
     sigs = {
         "flashattn_c_forward": (ctypes.c_int, [P, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_can_implement": (ctypes.c_int,
@@ -78,6 +131,10 @@ def _declare(lib):
         "flashattn_c_kernel_is_built": (ctypes.c_int, [ctypes.c_int]),
         "flashattn_c_kernel_runs_on_host": (ctypes.c_int, [ctypes.c_int]),
         "flashattn_c_fwd_params_size": (ctypes.c_size_t, []),
+        "flashattn_c_decode": (ctypes.c_int, [D, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_decode_can_implement": (ctypes.c_int,
+                                             [D, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_decode_params_size": (ctypes.c_size_t, []),
         "flashattn_c_version": (ctypes.c_char_p, []),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -111,11 +168,14 @@ def lib():
                         f"{_LIB_NAME} (build/python/{_LIB_NAME} after `scripts/test.sh`).")
                 handle = ctypes.CDLL(path)
                 _declare(handle)
-                size = handle.flashattn_c_fwd_params_size()
-                if size != ctypes.sizeof(Params):
-                    raise ImportError(
-                        f"flashattn: {path} has flashattn_c_fwd_params of {size} bytes, this "
-                        f"package expects {ctypes.sizeof(Params)}: library and package differ")
+                for struct, size_fn in ((Params, handle.flashattn_c_fwd_params_size),
+                                        (DecodeParams, handle.flashattn_c_decode_params_size)):
+                    size = size_fn()
+                    if size != ctypes.sizeof(struct):
+                        raise ImportError(
+                            f"flashattn: {path} has a {struct.__name__} struct of {size} bytes, "
+                            f"this package expects {ctypes.sizeof(struct)}: library and package "
+                            "differ")
                 _lib = handle
     return _lib
 
@@ -185,3 +245,17 @@ def can_implement(params, kernel):
 def select_kernel(params):
     """Name of the family `auto` resolves to for `params` ("auto" when none can run)."""
     return kernel_name(lib().flashattn_c_select_kernel(ctypes.byref(params)))
+
+
+def decode(params):
+    """Runs flashattn_c_decode; raises ValueError/UnsupportedError/RuntimeError on refusal."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_decode(ctypes.byref(params), err, _ERR_LEN)
+    _raise_for(code, err.value.decode(errors="replace"))
+
+
+def decode_can_implement(params):
+    """(code, message) of flashattn_c_decode_can_implement."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_decode_can_implement(ctypes.byref(params), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")

@@ -6,6 +6,8 @@ valid request that the chosen kernel or this build cannot run raises flashattn.U
 a subclass of ValueError ("cu_seqlens_q: kernel k2 does not support variable length"); a failed
 CUDA call raises RuntimeError. The backward pass raises NotImplementedError until it exists.
 """
+import torch
+
 from . import _checks, ops
 
 
@@ -56,3 +58,42 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                               0.0 if softmax_scale is None else float(softmax_scale),
                               bool(causal), left, right, kernel)
     return (out, lse) if return_lse else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
+                            cache_batch_idx=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), num_splits=0,
+                            return_softmax_lse=False, *, check_indices=False):
+    """Decode: a few new query tokens against a KV cache, as flash-attn's function of this name
+    (without its rotary and alibi arguments). CUDA tensors only.
+
+    q: (batch, seqlen_q, heads_q, head_dim), seqlen_q 1..16. k_cache, v_cache: (batch_cache,
+    seqlen_cache, heads_kv, head_dim), or paged (num_blocks, page_block_size, heads_kv,
+    head_dim) with block_table (batch, max_blocks) int32; their last dimension must be contiguous.
+    k, v: optional (batch, seqlen_new, heads_kv, head_dim): written into the caches in place at
+    positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 (rows cache_batch_idx[b] of a
+    contiguous cache when given), then attended to. cache_seqlens: int or (batch,) int32 tensor of
+    the keys already in the cache; None means the whole cache (not allowed with k, v).
+    cache_batch_idx: optional (batch,) int32, the cache row of each batch entry. causal and
+    window_size are bottom-right aligned: entry b attends to its first cache_seqlens[b] +
+    seqlen_new keys. num_splits: 0 lets the library choose. check_indices (keyword, not in
+    flash-attn): copy the index tensors to the host first and raise ValueError for one out of
+    range (synchronises the stream, so not inside a CUDA graph); off, out-of-range indices are
+    never dereferenced but the result is unspecified.
+
+    Returns out (batch, seqlen_q, heads_q, head_dim); with return_softmax_lse, (out, lse), lse
+    (batch, heads_q, seqlen_q) fp32, natural log, -inf for rows that see no key.
+    """
+    if cache_seqlens is None:
+        if k is not None or v is not None:
+            raise ValueError("cache_seqlens: required when k and v are appended")
+        per_row = k_cache.shape[1] * (1 if block_table is None else block_table.shape[1])
+        cache_seqlens = per_row
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
+                                   device=q.device)
+    left, right = _checks.window(window_size)
+    out, lse = ops.fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
+                               block_table, 0.0 if softmax_scale is None else float(softmax_scale),
+                               bool(causal), left, right, int(num_splits), bool(check_indices))
+    return (out, lse) if return_softmax_lse else out

@@ -1,4 +1,4 @@
-"""The torch.library custom ops: flashattn::fwd and flashattn::varlen_fwd.
+"""The torch.library custom ops: flashattn::fwd, flashattn::varlen_fwd and flashattn::fwd_kvcache.
 
 Each op has a real implementation (fill the C struct from the tensors, call the library on the
 tensors' device and current stream), a fake implementation (output shapes, dtypes and strides
@@ -138,6 +138,68 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
     total_q, heads_q, _ = q.shape
     out = q.new_empty((total_q, heads_q, v.shape[-1]))
     lse = q.new_empty((heads_q, total_q), dtype=torch.float32)
+    return out, lse
+
+
+# ---- flashattn::fwd_kvcache --------------------------------------------------------------------
+# Decode against a KV cache. k_cache and v_cache are written in place (k/v appended at
+# cache_seqlens[b]), so the op declares them mutated: torch.compile and functionalization then
+# order the op correctly with other readers of the cache. No autograd: a decode step is inference.
+@torch.library.custom_op(
+    "flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"),
+    schema="(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
+           "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, "
+           "float softmax_scale, bool causal, int window_left, int window_right, int num_splits, "
+           "bool check_indices) -> (Tensor, Tensor)")
+def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
+                softmax_scale, causal, window_left, window_right, num_splits, check_indices):
+    """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), fp32."""
+    _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table)
+    q = _last_dim_contiguous(q)
+    if k is not None:
+        k, v = _last_dim_contiguous(k), _last_dim_contiguous(v)
+    cache_seqlens = cache_seqlens.contiguous()
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    if batch == 0 or seqlen_q == 0:  # nothing to compute (the library refuses batch 0)
+        return out, lse
+    rows, per_row = k_cache.shape[0], k_cache.shape[1]
+    paged = block_table is not None
+    dims = _dims(batch=batch, seqlen_q=seqlen_q, heads_q=heads_q, heads_kv=k_cache.shape[2],
+                 head_dim=head_dim, seqlen_new=0 if k is None else k.shape[1],
+                 num_splits=num_splits)
+    layout = (_dims(num_pages=rows, page_size=per_row, max_pages=block_table.shape[1]) if paged
+              else _dims(cache_batch=rows, cache_seqlen=per_row))
+    strides = lambda t: (_lib.ctypes.c_int64 * 4)(*_strides(t))  # noqa: E731
+    params = _lib.DecodeParams(
+        dtype=_DTYPE_CODES[q.dtype], **dims, **layout, softmax_scale=softmax_scale,
+        causal=int(causal), window_left=window_left, window_right=window_right,
+        check_indices=int(check_indices),
+        q=_ptr(q), o=_ptr(out), lse=_ptr(lse), k_cache=_ptr(k_cache), v_cache=_ptr(v_cache),
+        cache_seqlens=_ptr(cache_seqlens), q_stride=strides(q), o_stride=strides(out),
+        k_cache_stride=strides(k_cache), v_cache_stride=strides(v_cache))
+    if k is not None and k.shape[1] > 0:
+        params.k_new, params.v_new = _ptr(k), _ptr(v)
+        params.k_new_stride, params.v_new_stride = strides(k), strides(v)
+    if cache_batch_idx is not None:
+        cache_batch_idx = cache_batch_idx.contiguous()
+        params.cache_batch_idx = _ptr(cache_batch_idx)
+    if paged:
+        params.page_table = _ptr(block_table)
+        params.page_table_stride = block_table.stride(0)
+    with torch.cuda.device(q.device):
+        params.stream = torch.cuda.current_stream(q.device).cuda_stream or None
+        _lib.decode(params)
+    return out, lse
+
+
+@fwd_kvcache.register_fake
+def _(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
+      causal, window_left, window_right, num_splits, check_indices):
+    batch, seqlen_q, heads_q, _ = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
     return out, lse
 
 

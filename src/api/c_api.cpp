@@ -1,5 +1,6 @@
 // The C ABI (include/flashattn/c_api.h) over the C++ API: copies the caller's struct into
-// ForwardParams, calls can_implement()/forward(), and turns the Status into a code and a message.
+// ForwardParams (DecodeParams), calls can_implement() and forward() (decode()), and turns the
+// Status into a code and a message.
 // Nothing thrown inside the library may unwind into a C caller (ctypes would abort the process),
 // so every entry point catches everything.
 #include "flashattn/c_api.h"
@@ -11,6 +12,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "flashattn/flashattn.h"
 
@@ -38,9 +40,20 @@ static_assert(offsetof(flashattn_c_fwd_params, q) == 64);
 static_assert(offsetof(flashattn_c_fwd_params, q_stride) == 128);
 constexpr size_t kV1Size = sizeof(flashattn_c_fwd_params);
 
+// Version 1 of the decode struct; python/flashattn/_lib.py checks the same numbers.
+static_assert(sizeof(flashattn_c_decode_params) == 368);
+static_assert(offsetof(flashattn_c_decode_params, q) == 80);
+static_assert(offsetof(flashattn_c_decode_params, q_stride) == 176);
+constexpr size_t kDecodeV1Size = sizeof(flashattn_c_decode_params);
+
 struct Converted {
   Status status;
   ForwardParams params;
+};
+
+struct ConvertedDecode {
+  Status status;
+  DecodeParams params;
 };
 
 void write_message(const std::string& msg, char* err, size_t err_len) {
@@ -116,23 +129,85 @@ Converted convert(const flashattn_c_fwd_params* in) {
   return c;
 }
 
+ConvertedDecode convert_decode(const flashattn_c_decode_params* in) {
+  ConvertedDecode c;
+  if (in == nullptr) {
+    c.status = invalid("params: must not be null");
+    return c;
+  }
+  if (in->struct_size < kDecodeV1Size) {
+    c.status =
+        invalid("struct_size: must be at least " + std::to_string(kDecodeV1Size) +
+                " (sizeof flashattn_c_decode_params), got " + std::to_string(in->struct_size));
+    return c;
+  }
+  flashattn_c_decode_params p{};
+  std::memcpy(&p, in, std::min<size_t>(in->struct_size, sizeof p));
+  if (p.reserved != 0) {
+    c.status = invalid("reserved: must be 0, got " + std::to_string(p.reserved));
+    return c;
+  }
+  if (p.dtype != FLASHATTN_C_BF16 && p.dtype != FLASHATTN_C_FP16) {
+    c.status = invalid("dtype: must be FLASHATTN_C_BF16 (0) or FLASHATTN_C_FP16 (1), got " +
+                       std::to_string(p.dtype));
+    return c;
+  }
+  for (auto [name, flag] : {std::pair{"causal", p.causal}, {"check_indices", p.check_indices}}) {
+    if (flag != 0 && flag != 1) {
+      c.status = invalid(std::string(name) + ": must be 0 or 1, got " + std::to_string(flag));
+      return c;
+    }
+  }
+  DecodeParams& d = c.params;
+  d.dtype = static_cast<DType>(p.dtype);
+  d.batch = p.batch;
+  d.seqlen_q = p.seqlen_q;
+  d.heads_q = p.heads_q;
+  d.heads_kv = p.heads_kv;
+  d.head_dim = p.head_dim;
+  d.q.data = p.q;
+  d.o.data = p.o;
+  d.lse = p.lse;
+  d.k_cache.data = p.k_cache;
+  d.v_cache.data = p.v_cache;
+  d.cache_batch = p.cache_batch;
+  d.cache_seqlen = p.cache_seqlen;
+  d.cache_batch_idx = p.cache_batch_idx;
+  d.page_table = p.page_table;
+  d.num_pages = p.num_pages;
+  d.page_size = p.page_size;
+  d.max_pages = p.max_pages;
+  d.page_table_stride = p.page_table_stride;
+  d.cache_seqlens = p.cache_seqlens;
+  d.k_new.data = p.k_new;
+  d.v_new.data = p.v_new;
+  d.seqlen_new = p.seqlen_new;
+  copy_strides(d.q.stride, p.q_stride);
+  copy_strides(d.o.stride, p.o_stride);
+  copy_strides(d.k_cache.stride, p.k_cache_stride);
+  copy_strides(d.v_cache.stride, p.v_cache_stride);
+  copy_strides(d.k_new.stride, p.k_new_stride);
+  copy_strides(d.v_new.stride, p.v_new_stride);
+  d.softmax_scale = p.softmax_scale;
+  d.causal = p.causal != 0;
+  d.window_left = p.window_left;
+  d.window_right = p.window_right;
+  d.num_splits = p.num_splits;
+  d.check_indices = p.check_indices != 0;
+  d.stream = p.stream;
+  return c;
+}
+
 bool valid_kernel_id(int kernel) {
   return kernel >= 0 && kernel < static_cast<int>(std::size(kAllKernels));
 }
 
-// Runs `fn(params, kernel)` -> Status behind the checks shared by forward and can_implement.
+// Runs `fn()` -> Status and reports it: no exception leaves, the message goes to `err`.
 template <class Fn>
-int call(const flashattn_c_fwd_params* in, int kernel, char* err, size_t err_len, Fn fn) noexcept {
+int guarded(char* err, size_t err_len, Fn fn) noexcept {
   Status s;
   try {
-    Converted c = convert(in);
-    if (!c.status.ok()) {
-      s = std::move(c.status);
-    } else if (!valid_kernel_id(kernel)) {
-      s = invalid("kernel: unknown kernel id " + std::to_string(kernel));
-    } else {
-      s = fn(c.params, static_cast<Kernel>(kernel));
-    }
+    s = fn();
   } catch (const std::exception& e) {
     write_message(std::string("internal error: ") + e.what(), err, err_len);
     return FLASHATTN_C_INTERNAL_ERROR;
@@ -145,6 +220,28 @@ int call(const flashattn_c_fwd_params* in, int kernel, char* err, size_t err_len
   } catch (...) {  // nothing useful left to report; the code still says what happened
   }
   return static_cast<int>(s.code);
+}
+
+// Runs `fn(params, kernel)` -> Status behind the checks shared by forward and can_implement.
+template <class Fn>
+int call(const flashattn_c_fwd_params* in, int kernel, char* err, size_t err_len, Fn fn) noexcept {
+  return guarded(err, err_len, [&]() -> Status {
+    Converted c = convert(in);
+    if (!c.status.ok()) return std::move(c.status);
+    if (!valid_kernel_id(kernel))
+      return invalid("kernel: unknown kernel id " + std::to_string(kernel));
+    return fn(c.params, static_cast<Kernel>(kernel));
+  });
+}
+
+// The same for the decode entry points.
+template <class Fn>
+int call_decode(const flashattn_c_decode_params* in, char* err, size_t err_len, Fn fn) noexcept {
+  return guarded(err, err_len, [&]() -> Status {
+    ConvertedDecode c = convert_decode(in);
+    if (!c.status.ok()) return std::move(c.status);
+    return fn(c.params);
+  });
 }
 
 }  // namespace
@@ -192,6 +289,21 @@ int flashattn_c_kernel_is_built(int kernel) {
 
 int flashattn_c_kernel_runs_on_host(int kernel) {
   return fa::valid_kernel_id(kernel) && fa::kernel_runs_on_host(static_cast<fa::Kernel>(kernel));
+}
+
+int flashattn_c_decode(const flashattn_c_decode_params* params, char* err, size_t err_len) {
+  return fa::call_decode(params, err, err_len,
+                         [](const fa::DecodeParams& p) { return fa::decode(p); });
+}
+
+int flashattn_c_decode_can_implement(const flashattn_c_decode_params* params, char* err,
+                                     size_t err_len) {
+  return fa::call_decode(params, err, err_len,
+                         [](const fa::DecodeParams& p) { return fa::can_implement(p); });
+}
+
+size_t flashattn_c_decode_params_size(void) {
+  return sizeof(flashattn_c_decode_params);
 }
 
 size_t flashattn_c_fwd_params_size(void) {

@@ -1,6 +1,5 @@
 // decode(): validate, normalise into a DecodeProblem, choose the number of KV splits, take the
-// partial-result workspace (and split counters) from the library's stream-ordered pool, and run the
-// decode family.
+// partial-result workspace from the library's stream-ordered pool, and run the decode family.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,19 +52,14 @@ Status decode(const DecodeParams& params) {
   if (Status s = choose_splits(params, d); !s.ok()) return s;
   if (d.num_splits == 1) return decode_run(d);
 
-  // Partial outputs: fp32 O and the log2-domain LSE of every (split, batch, query, head), then
-  // one counter per (batch, KV head, row chunk) for the in-kernel combine.
+  // Partial outputs: fp32 O and the log2-domain LSE of every (split, batch, query, head).
   const auto stream = static_cast<cudaStream_t>(d.stream);
   const size_t rows = size_t(d.num_splits) * d.batch * d.seqlen_q * d.heads_q;
-  const size_t counters = size_t(d.batch) * d.heads_kv * d.row_chunks;
   void* ws = nullptr;
-  if (Status s = workspace_alloc(rows * (d.head_dim + 1) * sizeof(float) + counters * sizeof(int),
-                                 stream, &ws);
-      !s.ok())
+  if (Status s = workspace_alloc(rows * (d.head_dim + 1) * sizeof(float), stream, &ws); !s.ok())
     return s;
   d.o_partial = static_cast<float*>(ws);
   d.lse_partial = d.o_partial + rows * d.head_dim;
-  d.split_counters = reinterpret_cast<int*>(d.lse_partial + rows);
   const Status run = decode_run(d);
   const Status freed = workspace_free(ws, stream);
   return run.ok() ? freed : run;

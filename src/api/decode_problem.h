@@ -51,9 +51,8 @@ struct DecodeProblem {
   int window_left = -1, window_right = -1;  // causal folded into window_right = 0
 
   int num_splits = 1;
-  float* o_partial = nullptr;     // (num_splits, batch, seqlen_q, heads_q, head_dim) fp32
-  float* lse_partial = nullptr;   // (num_splits, batch, seqlen_q, heads_q), log2 domain
-  int* split_counters = nullptr;  // (batch, heads_kv, row_chunks): split blocks done
+  float* o_partial = nullptr;    // (num_splits, batch, seqlen_q, heads_q, head_dim) fp32
+  float* lse_partial = nullptr;  // (num_splits, batch, seqlen_q, heads_q), log2 domain
 
   void* stream = nullptr;
 };
@@ -107,9 +106,8 @@ inline DecodeProblem make_decode_problem(const DecodeParams& p) {
 // Decode family entry points (src/kernels/decode/launch.cu).
 // Thread blocks of the split kernel that fit on one SM at once, for the split heuristic.
 Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks);
-// Appends k_new/v_new (when given) and runs the split kernel, which combines the splits itself,
-// all on problem.stream. The partial buffers and the split counters must be set when
-// num_splits > 1.
+// Appends k_new/v_new (when given), runs the split kernel and, with num_splits > 1, the combine
+// kernel, all on problem.stream. The partial buffers must be set when num_splits > 1.
 Status decode_run(const DecodeProblem& problem);
 
 }  // namespace flashattn

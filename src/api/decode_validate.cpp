@@ -211,7 +211,7 @@ Status check_decode_shapes(const DecodeParams& p) {
     return invalid("seqlen_q: must be in [1, 16] for decode (use forward() for prefill), got " +
                    str(p.seqlen_q));
   }
-  if (int64_t{p.batch} * p.seqlen_q * p.heads_q > INT_MAX) {  // rows of O, counted in int
+  if (int64_t{p.batch} * p.seqlen_q * p.heads_q > INT_MAX) {  // rows of the combine grid
     return invalid("batch: batch * seqlen_q * heads_q must be < 2^31");
   }
   if (p.heads_q % p.heads_kv != 0) {

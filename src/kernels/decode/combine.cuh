@@ -1,15 +1,16 @@
-// The split combine, run inside the split kernel by the last split block of each row chunk to
-// finish: it merges the splits' partial O and log2-LSE exactly,
+// The combine kernel: merges the splits' partial O and log2-LSE exactly,
 //     M = max_s lse_s,  w_s = 2^(lse_s - M),  O = Σ w_s·O_s / Σ w_s,
 //     LSE = (M + log2 Σ w_s)·ln 2   (natural log, as forward() reports it).
 // A row no split saw a key for (every lse_s = -inf) gets O = 0 and LSE = -inf.
 //
-// Why inside the split kernel: a separate combine kernel (programmatic dependent launch) waited
-// for the whole split grid to drain and its memory to be flushed before loading a partial, a few
-// microseconds that a one-wave decode step at batch 1 (~30 us) felt. Here the merge of a row
-// chunk starts as soon as its own splits are done. Which block merges depends on timing; what it
-// computes does not: it reads every split's partial back from the workspace in split order, its
-// own included, so the result is bitwise the same whichever block comes last.
+// Measured alternative (H100, 2026-11-22, docs/PERF.md "Decode"): the merge folded into the split
+// kernel, done by the last split block of each row chunk (an atomic counter per chunk, partials
+// read back in split order so the result stays deterministic). The counters must be zero before
+// the split kernel runs, which took a small prologue kernel (the split kernel its programmatic
+// dependent launch): end to end 1.3 us slower at batch 1 / 16k keys (34.4 vs 33.1 us), 1.3 us at
+// 32k, 0.4 us at batch 8 / 4k. The prologue launch costs what the separate combine cost, and the
+// last block's merge (an atomic round trip, then the partials from L2) is no shorter than this
+// kernel's work once its wait returns.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,97 +21,111 @@
 #include "api/decode_problem.h"
 #include "common/convert.cuh"
 #include "kernels/decode/ptx_sm80.cuh"
-#include "kernels/decode/tile_size.h"
 
 namespace flashattn::decoding {
 
-// Row of the partial buffers for (split, batch, query, head): (split, batch, seqlen_q, heads_q).
-__device__ __forceinline__ int64_t partial_row(const DecodeProblem& p, int split, int b, int qi,
-                                               int h) {
-  return ((int64_t(split) * p.batch + b) * p.seqlen_q + qi) * p.heads_q + h;
-}
+inline constexpr int kCombineWarps = 4;
 
-// Merges the partials of rows r0 .. r0 + 15 (packed rows of KV head hk) into O and LSE. Each
-// thread owns four consecutive columns of one row and walks the splits in order, kInFlight
-// splits' loads at a time (the partials sit in L2, so the merge is a few L2 round trips; with
-// 33 splits at hd 128 a thread issues them in three batches). The running maximum is updated
-// once per batch: the same algebra as the formula above. At hd 64 only 8 at a time: 16 raise the
-// kernel to 193 registers (ptxas, sm_90), which would cost hd 64 its third block per SM.
+// One block per output row (batch, query, head). The combine is latency-bound (the partials are
+// L2-resident and few), so the splits are spread over the four warps, each with up to eight
+// splits' loads in flight at once; each lane owns kHeadDim/32 columns. Measured on the H100
+// (batch 1, 32 splits): a single warp per row looping over the splits took 10.5 us.
 template <typename Element, int kHeadDim>
-__device__ void merge_partials(const DecodeProblem& p, int b, int hk, int r0) {
-  constexpr int kVecs = kHeadDim / 4;  // float4 per row
-  constexpr int kInFlight = kHeadDim >= 128 ? 16 : 8;
+__global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const DecodeProblem p) {
+  wait_for_primary();  // the split grid and its partials are complete (programmatic launch)
+  constexpr int kPer = kHeadDim / 32;
+  constexpr int kBatch = 8;  // splits per warp in flight
+  __shared__ float part[kCombineWarps][kHeadDim];
+  __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
+  const int64_t total = int64_t(p.batch) * p.seqlen_q * p.heads_q;
+  const int64_t row = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float neg_inf = -__builtin_huge_valf();
-  const int rows = min(kDecodeRowsPerBlock, p.rows - r0);
-  const int64_t split_rows = int64_t(p.batch) * p.seqlen_q * p.heads_q;
-  for (int idx = threadIdx.x; idx < rows * kVecs; idx += kThreads) {
-    const int r = r0 + idx / kVecs, col = (idx % kVecs) * 4;
-    const int qi = r / p.group, h = hk * p.group + r % p.group;
-    const int64_t prow0 = partial_row(p, 0, b, qi, h);
-    float m = neg_inf, W = 0.f;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int s0 = 0; s0 < p.num_splits; s0 += kInFlight) {
-      float ls[kInFlight];
-      float4 v[kInFlight];
+
+  // The largest LSE over the splits, across the block.
+  float M = neg_inf;
+  for (int s = threadIdx.x; s < p.num_splits; s += 32 * kCombineWarps) {
+    M = fmaxf(M, p.lse_partial[s * total + row]);
+  }
 #pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
+  for (int o = 16; o > 0; o /= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  if (lane == 0) warp_max[warp] = M;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) M = fmaxf(M, warp_max[w]);
+
+  // Σ w_s·O_s and Σ w_s over this warp's splits (warp, warp + 4, ...), eight loads at a time.
+  float acc[kPer] = {};
+  float W = 0.f;
+  if (M != neg_inf) {
+    for (int s0 = warp; s0 < p.num_splits; s0 += kCombineWarps * kBatch) {
+      float ls[kBatch], v[kBatch][kPer];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int s = s0 + u * kCombineWarps;
         ls[u] = neg_inf;
-        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (s0 + u < p.num_splits) {
-          // .cg: straight from L2, where the other blocks' stores are visible after the fence.
-          const int64_t prow = prow0 + (s0 + u) * split_rows;
-          ls[u] = __ldcg(p.lse_partial + prow);
-          v[u] = __ldcg(reinterpret_cast<const float4*>(p.o_partial + prow * kHeadDim + col));
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) v[u][c] = 0.f;
+        if (s < p.num_splits) {
+          ls[u] = p.lse_partial[s * total + row];
+          const float* src = p.o_partial + (s * total + row) * kHeadDim + lane * kPer;
+#pragma unroll
+          for (int c = 0; c < kPer; c += 2) {
+            const float2 x = *reinterpret_cast<const float2*>(src + c);
+            v[u][c] = x.x;
+            v[u][c + 1] = x.y;
+          }
         }
       }
-      float mb = m;
 #pragma unroll
-      for (int u = 0; u < kInFlight; ++u) mb = fmaxf(mb, ls[u]);
-      if (mb == neg_inf) continue;          // no split so far saw a key for this row
-      const float rescale = exp2f(m - mb);  // 0 while m is still -inf
-      W *= rescale;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[c] *= rescale;
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const float w = exp2f(ls[u] - mb);  // 0 for an empty split (-inf)
+      for (int u = 0; u < kBatch; ++u) {
+        const float w = ls[u] == neg_inf ? 0.f : exp2f(ls[u] - M);
         W += w;
-        acc[0] += w * v[u].x;
-        acc[1] += w * v[u].y;
-        acc[2] += w * v[u].z;
-        acc[3] += w * v[u].w;
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) acc[c] += w * v[u][c];
       }
-      m = mb;
-    }
-    const float inv = W > 0.f ? 1.f / W : 0.f;
-    Element* dst = static_cast<Element*>(p.o) + b * p.o_stride[0] + qi * p.o_stride[1] +
-                   h * p.o_stride[2] + col;
-    *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<Element>(acc[0] * inv, acc[1] * inv),
-                                                pack2<Element>(acc[2] * inv, acc[3] * inv));
-    if (p.lse != nullptr && col == 0) {
-      p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] =
-          W > 0.f ? (m + log2f(W)) * 0.6931471805599453f : neg_inf;
     }
   }
-}
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) part[warp][lane * kPer + c] = acc[c];
+  if (lane == 0) warp_sum[warp] = W;
+  __syncthreads();
+  if (warp != 0) return;
 
-// Called by every thread of a split block once its partial rows are stored. The block counts
-// itself done on its row chunk's counter (zeroed by the prologue kernel); the block that brings
-// the count to num_splits merges the chunk, the others return.
-template <typename Element, int kHeadDim>
-__device__ void combine_if_last(const DecodeProblem& p, int b, int hk, int chunk) {
-  __shared__ int last;
-  __threadfence();  // this block's partials are visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    wait_for_primary();  // the counters were zeroed by the kernel this one was launched after
-    int* counter = p.split_counters + (int64_t(b) * p.heads_kv + hk) * p.row_chunks + chunk;
-    last = atomicAdd(counter, 1) == p.num_splits - 1;
+  W = 0.f;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) W += warp_sum[w];
+  const float inv = W > 0.f ? 1.f / W : 0.f;
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) {
+    float x = 0.f;
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) x += part[w][lane * kPer + c];
+    acc[c] = x * inv;
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // order the partial loads after the count that saw every split done
-  merge_partials<Element, kHeadDim>(p, b, hk, chunk * kDecodeRowsPerBlock);
+  const int h = static_cast<int>(row % p.heads_q);
+  const int qi = static_cast<int>(row / p.heads_q % p.seqlen_q);
+  const int b = static_cast<int>(row / (int64_t(p.heads_q) * p.seqlen_q));
+  Element* dst = static_cast<Element*>(p.o) + b * p.o_stride[0] + qi * p.o_stride[1] +
+                 h * p.o_stride[2] + lane * kPer;
+  uint32_t packed[kPer / 2];
+#pragma unroll
+  for (int c = 0; c < kPer; c += 2) packed[c / 2] = pack2<Element>(acc[c], acc[c + 1]);
+  if constexpr (kPer == 2) {
+    *reinterpret_cast<uint32_t*>(dst) = packed[0];
+  } else if constexpr (kPer == 4) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+  } else {
+#pragma unroll
+    for (int c = 0; c < kPer / 2; c += 4) {
+      *reinterpret_cast<uint4*>(dst + 2 * c) =
+          make_uint4(packed[c], packed[c + 1], packed[c + 2], packed[c + 3]);
+    }
+  }
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] =
+        W > 0.f ? (M + log2f(W)) * 0.6931471805599453f : neg_inf;
+  }
 }
 
 }  // namespace flashattn::decoding

@@ -1,12 +1,12 @@
 // The split-KV decode kernel. One block = (row chunk, split) x KV head x batch entry: the query
 // rows of every query head sharing the KV head (times seqlen_q) packed into one 16-row MMA tile,
-// against the split's share of the keys (a contiguous range of key tiles), read once. Its four
-// warps stream disjoint key tiles (tile w, w+4, ...) through their own cp.async rings, with no
-// block barrier in the loop, each running the FlashAttention recurrence on its tiles:
+// against the split's share of the keys, read once. Its four warps stream disjoint key tiles (tile
+// w, w+4,
+// ...) through their own cp.async rings, with no block barrier in the loop, each running the
+// FlashAttention recurrence on its tiles:
 //   S = Q·Kᵀ (mma.sync), mask the edge tiles, online softmax in the log2 domain, O += P·V.
 // The warps' states merge through shared memory at the end; the block writes O and LSE directly
-// (one split) or an fp32 partial and its log2-LSE, and the last split block of a row chunk to
-// finish merges the partials (combine.cuh).
+// (one split) or an fp32 partial and its log2-LSE for the combine kernel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,7 +17,6 @@
 #include "api/decode_problem.h"
 #include "common/convert.cuh"
 #include "common/mask.h"
-#include "kernels/decode/combine.cuh"
 #include "kernels/decode/ptx_sm80.cuh"
 #include "kernels/decode/tile_size.h"
 
@@ -69,7 +68,10 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
   const int r0 = chunk * kRows;
 
   // Keys this entry attends to. Clamped to the capacity so that unchecked bad lengths
-  // (check_indices off) still read nothing outside the cache.
+  // (check_indices off) still read nothing outside the cache. Measured (H100, b1/16k): issuing
+  // the first K/V tiles before this load resolves (tiles dealt round-robin over the splits so that
+  // a warp's first tiles do not depend on the length) gained nothing over waiting for it
+  // (34.4 us both ways, docs/PERF.md "Decode").
   const int len = min(max(p.cache_seqlens[b] + p.seqlen_new, 0), p.capacity);
   const Mask mask{p.seqlen_q, len, p.window_left, p.window_right};
   const int q_first = r0 / p.group;
@@ -96,10 +98,6 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
   }
   cp_async_commit();
 
-  // With new keys, this kernel is a programmatic dependent launch of the prologue kernel that
-  // appends them (launch.cuh): wait for it before reading the cache.
-  if (p.seqlen_new > 0) wait_for_primary();
-
   // Where the keys live: a cache row (contiguous) or pages. An index out of range (only possible
   // with check_indices off) leaves its rows unloaded (zeros) instead of reading outside the cache.
   const Element* k_base = static_cast<const Element*>(p.k_cache) + hk * p.k_stride[2];
@@ -107,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
   const int32_t* pages = p.page_table + b * p.page_table_stride;
   int cache_row = b;
   if (!p.paged && p.cache_batch_idx != nullptr) cache_row = p.cache_batch_idx[b];
-  const bool cache_ok = p.paged || (cache_row >= 0 && cache_row < p.cache_batch);
+  const bool row_ok = p.paged || (cache_row >= 0 && cache_row < p.cache_batch);
 
   Element* ring = pipe + warp * C::kStages * 2 * C::kTile;
   auto load_tile = [&](int t, int stage) {
@@ -118,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
     for (int i = 0; i < C::kCopiesPerLane; ++i) {
       const int flat = lane + 32 * i;
       const int row = flat / C::kChunks, c = flat % C::kChunks, j = j0 + row;
-      bool ok = j < ke && cache_ok;
+      bool ok = j < ke && row_ok;
       int64_t k_off = 0, v_off = 0;
       if (ok) {
         if (p.paged) {
@@ -245,6 +243,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
     __syncwarp();  // all lanes are done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  launch_dependents();
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -274,53 +273,50 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
   // Eight threads per row, kD/8 consecutive columns each.
   constexpr int kCols = kD / 8;
   const int row = threadIdx.x / 8, c0 = (threadIdx.x % 8) * kCols, r = r0 + row;
-  if (r < p.rows) {
-    float M = kNegInf;
+  if (r >= p.rows) return;
+  float M = kNegInf;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ml[(w * kRows + row) * 2]);
-    float wscale[kWarps], L = 0.f;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ml[(w * kRows + row) * 2]);
+  float wscale[kWarps], L = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float mw = ml[(w * kRows + row) * 2];
-      wscale[w] = mw == kNegInf ? 0.f : exp2_approx(mw - M);
-      L += ml[(w * kRows + row) * 2 + 1] * wscale[w];
-    }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
-    const float lse2 = L > 0.f ? M + log2f(L) : kNegInf;
-    float out[kCols];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      float x = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w)
-        x += merge[(w * kRows + row) * C::kMergeStride + c0 + c] * wscale[w];
-      out[c] = x * inv;
-    }
-    const int qi = r / p.group, h = hk * p.group + r % p.group;
-    if (p.num_splits == 1) {
-      Element* dst = static_cast<Element*>(p.o) + b * p.o_stride[0] + qi * p.o_stride[1] +
-                     h * p.o_stride[2] + c0;
-#pragma unroll
-      for (int c = 0; c < kCols; c += 8) {
-        *reinterpret_cast<uint4*>(dst + c) = make_uint4(
-            pack2<Element>(out[c], out[c + 1]), pack2<Element>(out[c + 2], out[c + 3]),
-            pack2<Element>(out[c + 4], out[c + 5]), pack2<Element>(out[c + 6], out[c + 7]));
-      }
-      if (p.lse != nullptr && c0 == 0) {
-        p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] = lse2 * kLn2;
-      }
-    } else {
-      const int64_t prow = partial_row(p, split, b, qi, h);
-      float* dst = p.o_partial + prow * kD + c0;
-#pragma unroll
-      for (int c = 0; c < kCols; c += 4) {
-        *reinterpret_cast<float4*>(dst + c) =
-            make_float4(out[c], out[c + 1], out[c + 2], out[c + 3]);
-      }
-      if (c0 == 0) p.lse_partial[prow] = lse2;
-    }
+  for (int w = 0; w < kWarps; ++w) {
+    const float mw = ml[(w * kRows + row) * 2];
+    wscale[w] = mw == kNegInf ? 0.f : exp2_approx(mw - M);
+    L += ml[(w * kRows + row) * 2 + 1] * wscale[w];
   }
-  if (p.num_splits > 1) combine_if_last<Element, kD>(p, b, hk, chunk);
+  const float inv = L > 0.f ? 1.f / L : 0.f;
+  const float lse2 = L > 0.f ? M + log2f(L) : kNegInf;
+  float out[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    float x = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      x += merge[(w * kRows + row) * C::kMergeStride + c0 + c] * wscale[w];
+    out[c] = x * inv;
+  }
+  const int qi = r / p.group, h = hk * p.group + r % p.group;
+  if (p.num_splits == 1) {
+    Element* dst = static_cast<Element*>(p.o) + b * p.o_stride[0] + qi * p.o_stride[1] +
+                   h * p.o_stride[2] + c0;
+#pragma unroll
+    for (int c = 0; c < kCols; c += 8) {
+      *reinterpret_cast<uint4*>(dst + c) = make_uint4(
+          pack2<Element>(out[c], out[c + 1]), pack2<Element>(out[c + 2], out[c + 3]),
+          pack2<Element>(out[c + 4], out[c + 5]), pack2<Element>(out[c + 6], out[c + 7]));
+    }
+    if (p.lse != nullptr && c0 == 0) {
+      p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] = lse2 * kLn2;
+    }
+  } else {
+    const int64_t prow = ((int64_t(split) * p.batch + b) * p.seqlen_q + qi) * p.heads_q + h;
+    float* dst = p.o_partial + prow * kD + c0;
+#pragma unroll
+    for (int c = 0; c < kCols; c += 4) {
+      *reinterpret_cast<float4*>(dst + c) = make_float4(out[c], out[c + 1], out[c + 2], out[c + 3]);
+    }
+    if (c0 == 0) p.lse_partial[prow] = lse2;
+  }
 }
 
 }  // namespace flashattn::decoding

@@ -1,12 +1,12 @@
-// Entry points of the decode family: the prologue (append, split counters), then dispatch on
-// (dtype, head_dim) to the instantiations in inst/.
+// Entry points of the decode family: the append step, then dispatch on (dtype, head_dim) to the
+// instantiations in inst/.
 #include <algorithm>
 #include <string>
 #include <type_traits>
 
 #include "api/decode_problem.h"
+#include "kernels/decode/append_kv.cuh"
 #include "kernels/decode/launch.cuh"
-#include "kernels/decode/prologue.cuh"
 
 namespace flashattn {
 namespace {
@@ -41,18 +41,15 @@ Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks) {
 }
 
 Status decode_run(const DecodeProblem& p) {
-  const bool prologue = p.seqlen_new > 0 || p.split_counters != nullptr;
-  if (prologue) {
-    const int64_t work =
-        std::max(2 * int64_t(p.batch) * p.seqlen_new * p.heads_kv * (p.head_dim / 8),
-                 int64_t(p.batch) * p.heads_kv * p.row_chunks);
-    const int64_t blocks = std::clamp<int64_t>((work + 255) / 256, 1, 65535);
-    decoding::prologue_kernel<<<static_cast<unsigned>(blocks), 256, 0,
-                                static_cast<cudaStream_t>(p.stream)>>>(p);
-    FA_CUDA_LAUNCH_CHECK("decode prologue_kernel");
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (p.seqlen_new > 0) {
+    const int64_t chunks = 2 * int64_t(p.batch) * p.seqlen_new * p.heads_kv * (p.head_dim / 8);
+    const int64_t blocks = std::min<int64_t>((chunks + 255) / 256, 65535);
+    decoding::append_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    FA_CUDA_LAUNCH_CHECK("decode append_kernel");
   }
   return dispatch(p.dtype, p.head_dim, [&](auto d, auto e) {
-    return decoding::run_decode<decltype(e), decltype(d)::value>(p, prologue);
+    return decoding::run_decode<decltype(e), decltype(d)::value>(p);
   });
 }
 

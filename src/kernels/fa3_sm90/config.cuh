@@ -106,6 +106,7 @@ struct Config {
     alignas(1024) cute::array_aligned<Element, kOInQ ? 8 : cosize_v<SmemLayoutO>> o;
     alignas(16) uint64_t q_full;   // Q landed (TMA transaction barrier)
     alignas(16) uint64_t q_empty;  // consumers are done with Q (and with O when kOInQ)
+
     typename PipelineKV::SharedStorage pipeline_k;
     typename PipelineKV::SharedStorage pipeline_v;
   };

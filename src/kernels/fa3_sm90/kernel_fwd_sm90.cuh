@@ -4,7 +4,7 @@
 //   K4: two consumer warpgroups; thread 0 also issues every TMA, in line with its compute.
 //   K5/K6: warpgroup 0 is the producer (one thread issues TMA; the group drops to 24 registers),
 //          warpgroups 1 and 2 consume (240 registers each).
-//   K6 also runs persistently: gridDim.x blocks stride over the scheduler's tiles.
+//   K6 also runs persistently: one block per SM walks the scheduler's tiles in rounds.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -51,15 +51,15 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
 
   const Loader<C> loader{params};
   const int num_tiles = params.scheduler.num_tiles();
-  const int tile_stride = C::kPersistent ? gridDim.x : num_tiles;
-
+  // Persistent (K6): gridDim.x blocks walk the tiles in rounds; otherwise one tile per block.
+  const int grid_blocks = C::kPersistent ? gridDim.x : num_tiles;
   if constexpr (C::kWarpSpecialized) {
     if (producer) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
       if (threadIdx.x != 0) return;
       PipelineState state = cutlass::make_producer_start_state<PipelineKV>();
       int q_loads = 0;
-      for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+      for (int round = 0, tile; (tile = params.scheduler.tile_of(round, blockIdx.x, grid_blocks)) < num_tiles; ++round) {
         const TileWork w = tile_work(params, tile);
         if (w.skip || w.empty()) continue;
         if (q_loads > 0) Barrier::wait(&ss.q_empty, (q_loads - 1) & 1);
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   }
 
   const int ctid = threadIdx.x - (C::kWarpSpecialized ? 128 : 0);
-  Consumer<C> consumer{{}, {}, params.p, ctid, ctid / 128};
+  Consumer<C> consumer{{}, {}, params.p, params.softmax, ctid, ctid / 128};
   const Epilogue<C> epilogue{params.p};
   // Ping-pong: warpgroup 0 issues first; warpgroup 1's standing arrival lets it.
   if constexpr (C::kPingpong) {
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   PipelineState state;
   PipelineState load_state = cutlass::make_producer_start_state<PipelineKV>();  // K4 only
   int q_reads = 0;
-  for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+  for (int round = 0, tile; (tile = params.scheduler.tile_of(round, blockIdx.x, grid_blocks)) < num_tiles; ++round) {
     const TileWork w = tile_work(params, tile);
     if (w.skip) continue;
     if (w.empty()) {

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "api/problem.h"
@@ -32,15 +34,28 @@ auto gmem_tensor(const void* data, int tokens, int dim, int heads, int batch,
                                  used(batch, stride[0])));
 }
 
-template <class Element, int kHeadDim, int kHeadDimV, Stage kStage>
-Status run_forward(const Problem& p) {
-  using C = Config<Element, kHeadDim, kHeadDimV, kStage>;
+// FlashAttention-4's run-time softmax switch (SoftmaxOptions), for ablations: FLASHATTN_FA4 =
+// "none" or "rescale"; unset means the defaults measured best (docs/PERF.md).
+inline SoftmaxOptions softmax_options() {
+  static const SoftmaxOptions options = [] {
+    SoftmaxOptions o;
+    if (const char* env = std::getenv("FLASHATTN_FA4")) {
+      o.conditional_rescale = std::strstr(env, "rescale") != nullptr;
+    }
+    return o;
+  }();
+  return options;
+}
+
+// The family's kernel parameters for config C (K3 to K6): TMA descriptors over q, k, v, the
+// softmax switches and the tile order. `tiles` is the number of tiles (0: nothing to launch).
+template <class C>
+Status make_params(const Problem& p, Params<C>& params, int& tiles) {
+  constexpr int kHeadDim = C::kHeadDim, kHeadDimV = C::kHeadDimV;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int batch = varlen ? 1 : p.batch;
   const int tokens_q = varlen ? p.total_q : p.seqlen_q;
   const int tokens_k = varlen ? p.total_k : p.seqlen_k;
-
-  Params<C> params;
   params.p = p;
   auto q = gmem_tensor<C>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
   auto k = gmem_tensor<C>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
@@ -54,23 +69,34 @@ Status run_forward(const Problem& p) {
   params.shape_q = q.shape();
   params.shape_k = k.shape();
   params.shape_v = v.shape();
+  params.softmax = softmax_options();
 
   TileScheduler& sched = params.scheduler;
   sched.num_m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
   sched.heads = p.heads_q;
   sched.batch = p.batch;
   const bool uneven = p.mask.left >= 0 || p.mask.right >= 0;  // tiles differ in work
-  const int64_t kv_bytes =
-      static_cast<int64_t>(std::max(p.seqlen_k, 1)) * (kHeadDim + kHeadDimV) * sizeof(Element);
+  const int64_t kv_bytes = static_cast<int64_t>(std::max(p.seqlen_k, 1)) *
+                           (kHeadDim + kHeadDimV) * sizeof(typename C::Element);
   sched.group_heads =
       uneven ? static_cast<int>(std::clamp<int64_t>(kL2GroupBytes / kv_bytes, 1, INT_MAX)) : 0;
-  const int64_t tiles = static_cast<int64_t>(sched.num_m_blocks) * p.heads_q * p.batch;
-  if (tiles == 0) return Status::success();
-  if (tiles > INT_MAX) {
+  const int64_t n = static_cast<int64_t>(sched.num_m_blocks) * p.heads_q * p.batch;
+  if (n > INT_MAX) {
     return {StatusCode::unsupported, "hopper kernels: batch * heads_q * ceil(seqlen_q / " +
                                          std::to_string(C::kBlockM) + ") exceeds 2^31 - 1 tiles"};
   }
-  int grid = static_cast<int>(tiles);
+  tiles = static_cast<int>(n);
+  return Status::success();
+}
+
+template <class Element, int kHeadDim, int kHeadDimV, Stage kStage>
+Status run_forward(const Problem& p) {
+  using C = Config<Element, kHeadDim, kHeadDimV, kStage>;
+  Params<C> params;
+  int tiles = 0;
+  if (Status s = make_params(p, params, tiles); !s.ok()) return s;
+  if (tiles == 0) return Status::success();
+  int grid = tiles;
   if constexpr (C::kPersistent) {
     int device = 0, sms = 0;
     FA_CUDA_TRY(cudaGetDevice(&device));

@@ -29,6 +29,8 @@ struct Params {
   typename C::TmaV tma_v;
   typename C::GmemShape shape_q, shape_k, shape_v;  // (tokens, dim, heads, batch) as TMA sees them
   TileScheduler scheduler;
+  SoftmaxOptions softmax;
+
 };
 
 // Barrier ids (bar.sync): 0 is __syncthreads.
@@ -154,7 +156,8 @@ struct Consumer {
 
   typename C::TiledMmaQK mma_qk;
   typename C::TiledMmaPV mma_pv;
-  const Problem& problem;  // in the kernel's parameter space
+  const Problem& problem;        // in the kernel's parameter space
+  const SoftmaxOptions& opt;     // likewise
   int ctid;                // thread index among the consumers
   int wg;                  // consumer warpgroup
 
@@ -211,9 +214,10 @@ struct Consumer {
       Tensor s = rowcol(tSrS);
       prepare_scores(s, coords, w, n);
       float factor[2];
-      softmax.step(s, factor);
-      Tensor o = rowcol(tOrO);
-      scale_rows(o, factor);
+      if (softmax.step(s, factor, opt)) {
+        Tensor o = rowcol(tOrO);
+        scale_rows(o, factor);
+      }
       convert_into(tSrS, rP);
       pipe_v.consumer_wait(state);
       wgmma<false, 0>(mma_pv, tOrP, tOrV(_, _, _, state.index()), tOrO);
@@ -259,7 +263,7 @@ struct Consumer {
     ++state;
     if (n == w.n_min) release_q(ss);
     prepare_scores(s, coords, w, n);
-    softmax.step(s, factor);
+    softmax.step(s, factor, opt);  // O is still zero: nothing to rescale
     convert_into(tSrS, rP);
 
     for (--n; n >= w.n_min; --n) {
@@ -275,12 +279,12 @@ struct Consumer {
       ++state;
       if (n == w.n_min) release_q(ss);
       prepare_scores(s, coords, w, n);
-      softmax.step(s, factor);
+      const bool rescale = softmax.step(s, factor, opt);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       pipe_v.consumer_release(state_v);
       ++state_v;
-      scale_rows(o, factor);
+      if (rescale) scale_rows(o, factor);
       convert_into(tSrS, rP);
     }
 

@@ -73,6 +73,39 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// FlashAttention-4's two softmax ideas (docs/PERF.md has the ablation on the H100).
+struct SoftmaxOptions {
+  // Keep a row's reference max while the true max grew by at most kRescaleSlack (log2 units):
+  // P may then reach 2^8, harmless in fp32 accumulators and in bf16/fp16 P, and O's rescale is
+  // skipped for a warp whose rows all kept theirs. The final 1/l uses the same reference: exact.
+  // A run-time switch (FLASHATTN_FA4, launch.cuh); on by default: +1-5 % measured.
+  bool conditional_rescale = true;
+};
+inline constexpr float kRescaleSlack = 8.f;
+// One exponential in kExp2EmulationPeriod by exp2_poly on the FMA pipe instead of MUFU; 0 = none.
+// Off: with every fourth emulated, K6 lost 5-11 % on every head dim (the H100's MUFU keeps up with
+// its tensor cores; FA4 needs this on Blackwell, whose tensor cores outrun MUFU). A compile-time
+// constant since: a run-time branch kept both loops and their registers in every kernel.
+inline constexpr int kExp2EmulationPeriod = 0;
+
+// 2^x on the FMA pipe: x = j + f with j = round(x), f in [-1/2, 1/2]; 2^f by its degree-4 Taylor
+// polynomial (relative error < 5e-5, under fp16's rounding of P), 2^j added to the exponent
+// bits. Adding 1.5·2^23 rounds x to an integer held in the low mantissa bits, whose shift by 23
+// is j in the exponent field (two's complement, so negative j works). Exact 0 below -126, as
+// masked (-inf) scores need.
+__device__ __forceinline__ float exp2_poly(float x) {
+  constexpr float kRound = 12582912.f;
+  const float xc = fmaxf(x, -127.f);
+  const float t = xc + kRound;
+  const float f = xc - (t - kRound);
+  float p = fmaf(0.0096181291f, f, 0.0555041087f);
+  p = fmaf(p, f, 0.2402265070f);
+  p = fmaf(p, f, 0.6931471806f);
+  p = fmaf(p, f, 1.f);
+  const float r = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+  return x < -126.f ? 0.f : r;
+}
+
 // Running max m (raw score units) and partial sum l of a thread's kRows rows. scale_log2 > 0
 // (the kernel negates S for a negative softmax scale).
 template <int kRows>
@@ -86,29 +119,41 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0.f;
   }
 
-  // One key block: S (rowcol) becomes P = 2^(S·scale_log2 - m_new·scale_log2); factor[r] is what
-  // O's row r must be multiplied by to move from the old max to the new one. A row with no
-  // visible key so far keeps m = -inf and gets P = 0 (its reference point is taken as 0).
+  // One key block: S (rowcol) becomes P = 2^(S·scale_log2 - m·scale_log2) against each row's
+  // reference max m; factor[r] is what O's row r must be multiplied by to move to the new
+  // reference. Returns whether any row of the warp moved (else O needs no rescale). A row with
+  // no visible key so far keeps m = -inf and gets P = 0 (its reference point is taken as 0).
   template <class Frag>
-  __device__ __forceinline__ void step(Frag& s, float (&factor)[kRows]) {
+  __device__ __forceinline__ bool step(Frag& s, float (&factor)[kRows], const SoftmaxOptions& opt) {
+    bool moved = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float mx = m[r];
 #pragma unroll
       for (int j = 0; j < size<1>(s); ++j) mx = fmaxf(mx, s(r, j));
       mx = quad_max(mx);
+      // (-inf) - (-inf) is NaN: a row that has seen nothing keeps -inf either way.
+      if (opt.conditional_rescale && (mx - m[r]) * scale_log2 <= kRescaleSlack) mx = m[r];
       const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
-      factor[r] = exp2_approx(m[r] * scale_log2 - ref);  // 0 when m was -inf; l and O are 0 then
+      // Exactly 1 for a row whose reference stayed: O is then the same whether or not the warp
+      // rescales (the vote below includes rows past a sequence's end, whose maxima differ
+      // between a packed batch and the sequence run alone). m was -inf: 0; l and O are 0 then.
+      factor[r] = mx == m[r] ? 1.f : exp2_approx(m[r] * scale_log2 - ref);
+      moved |= mx != m[r];
       m[r] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < size<1>(s); ++j) {
-        const float p = exp2_approx(fmaf(s(r, j), scale_log2, -ref));
+        const float x = fmaf(s(r, j), scale_log2, -ref);
+        const bool emulate =
+            kExp2EmulationPeriod > 0 && j % (kExp2EmulationPeriod > 0 ? kExp2EmulationPeriod : 1) == 0;
+        const float p = emulate ? exp2_poly(x) : exp2_approx(x);
         s(r, j) = p;
         sum += p;
       }
       l[r] = fmaf(l[r], factor[r], sum);
     }
+    return __any_sync(0xffffffffu, moved);
   }
 
   // 1/l per row (0 for a row that saw no key: its O is 0) and the natural-log LSE (-inf then).

@@ -1,33 +1,21 @@
-// The prologue of a decode step, one small kernel ahead of the split kernel when there is work
-// for it: k_new/v_new copied into the cache at cache_seqlens[b] + i, bit for bit, and the split
-// counters of the in-kernel combine (combine.cuh) zeroed. The split kernel is its programmatic
-// dependent launch (sm_90): it is scheduled as soon as this kernel starts, streams Q (and, with
-// nothing appended, K/V) at once, and waits in griddepcontrol.wait only before it reads what this
-// kernel writes. Included by launch.cu only: the kernel is not a template, so it must be defined
-// in one translation unit.
+// The append step of decode: k_new/v_new copied into the cache at cache_seqlens[b] + i, bit for
+// bit, before the split kernel reads the cache (stream order). Included by launch.cu only: the
+// kernel is not a template, so it must be defined in one translation unit.
 #pragma once
 
 #include <cstdint>
 
 #include "api/decode_problem.h"
-#include "kernels/decode/ptx_sm80.cuh"
 
 namespace flashattn::decoding {
 
-// One thread per 16-byte chunk of k_new and v_new (grid-stride), and per split counter.
-// Out-of-range positions or indices (possible only with check_indices off) are skipped: nothing
-// is written outside the cache.
-__global__ void prologue_kernel(const DecodeProblem p) {
-  launch_dependents();
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (p.split_counters != nullptr) {
-    const int64_t counters = int64_t(p.batch) * p.heads_kv * p.row_chunks;
-    for (int64_t i = first; i < counters; i += step) p.split_counters[i] = 0;
-  }
+// One thread per 16-byte chunk of k_new and v_new. Out-of-range positions or indices (possible
+// only with check_indices off) are skipped: nothing is written outside the cache.
+__global__ void append_kernel(const DecodeProblem p) {
   const int chunks = p.head_dim / 8;
   const int64_t per_tensor = int64_t(p.batch) * p.seqlen_new * p.heads_kv * chunks;
-  for (int64_t i = first; i < 2 * per_tensor; i += step) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < 2 * per_tensor;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const bool is_v = i >= per_tensor;
     int64_t x = is_v ? i - per_tensor : i;
     const int c = static_cast<int>(x % chunks);

@@ -1,0 +1,101 @@
+// The floor under the decode bandwidth bar: what a kernel that only streams N bytes (16-byte loads,
+// no arithmetic) costs when timed as flashattn-bench --decode times decode (events around each
+// call, enqueued back to back, median; inputs rotated over > 256 MB), beside the 1 GiB
+// device-to-device copy and an empty kernel. The sizes are the K+V bytes of batch 1 at 8k..64k
+// keys (32/8 heads, hd 128). docs/PERF.md "Decode" quotes it. Build and run on the GPU machine:
+//   nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o /tmp/read_floor bench/read_floor_decode.cu
+//   /tmp/read_floor
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+// Exits with the CUDA error on failure.
+#define CK(x)                                        \
+  do {                                               \
+    cudaError_t e = (x);                             \
+    if (e != cudaSuccess) {                          \
+      printf("%s: %s\n", #x, cudaGetErrorString(e)); \
+      return 1;                                      \
+    }                                                \
+  } while (0)
+
+// Block b reads its own contiguous chunk, U loads in flight per thread; the XOR keeps the loads.
+template <int U>
+__global__ void read_chunks(const uint4* __restrict__ p, size_t vecs_per_block, unsigned* out) {
+  const uint4* base = p + blockIdx.x * vecs_per_block;
+  unsigned acc = 0;
+  for (size_t i = threadIdx.x; i < vecs_per_block; i += size_t(blockDim.x) * U) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const size_t k = i + size_t(u) * blockDim.x;
+      v[u] = k < vecs_per_block ? __ldcs(base + k) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x12345678u) out[blockIdx.x] = acc;
+}
+__global__ void empty_kernel() {}
+
+template <class F>
+float median_us(F&& launch, int iters = 40) {
+  std::vector<cudaEvent_t> ev(2 * iters);
+  for (auto& e : ev) cudaEventCreate(&e);
+  for (int i = 0; i < 5; ++i) launch(i);
+  cudaDeviceSynchronize();
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(ev[2 * i]);
+    launch(i);
+    cudaEventRecord(ev[2 * i + 1]);
+  }
+  cudaDeviceSynchronize();
+  std::vector<float> t(iters);
+  for (int i = 0; i < iters; ++i) cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]);
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(t.begin(), t.end());
+  return 1000.f * t[iters / 2];
+}
+
+int main() {
+  const size_t pool = size_t(1536) << 20;
+  void *a, *b;
+  unsigned* out;
+  CK(cudaMalloc(&a, pool));
+  CK(cudaMalloc(&b, size_t(1) << 30));
+  CK(cudaMalloc(&out, 1 << 20));
+  CK(cudaMemset(a, 1, pool));
+  const float copy_us =
+      median_us([&](int) { cudaMemcpyAsync(b, a, size_t(1) << 30, cudaMemcpyDeviceToDevice); }, 20);
+  const double copy = 2.0 * (size_t(1) << 30) / (copy_us * 1e-6) / 1e9;
+  printf("# copy 1 GiB: %.0f GB/s (read+write)\n", copy);
+  printf("# empty kernel between events: %.2f us\n",
+         median_us([&](int) { empty_kernel<<<264, 128>>>(); }));
+  printf("%-10s %-18s %9s %8s %7s\n", "MB", "config", "us", "GB/s", "%copy");
+  for (double mb : {33.554432, 67.108864, 134.217728, 268.435456}) {
+    const size_t bytes = size_t(mb * 1e6);
+    const int regions = int(std::min<size_t>(pool / bytes, 8));
+    struct Cfg {
+      const char* name;
+      int blocks, threads, u;
+    };
+    for (Cfg c : {Cfg{"264x128 u8", 264, 128, 8}, Cfg{"264x256 u8", 264, 256, 8},
+                  Cfg{"528x256 u4", 528, 256, 4}, Cfg{"1056x256 u4", 1056, 256, 4}}) {
+      const size_t vpb = bytes / 16 / c.blocks;
+      auto launch = [&](int i) {
+        const uint4* p =
+            reinterpret_cast<const uint4*>(static_cast<char*>(a) + size_t(i % regions) * bytes);
+        if (c.u == 8)
+          read_chunks<8><<<c.blocks, c.threads>>>(p, vpb, out);
+        else
+          read_chunks<4><<<c.blocks, c.threads>>>(p, vpb, out);
+      };
+      const float us = median_us(launch);
+      CK(cudaGetLastError());
+      const double gbps = double(vpb) * 16 * c.blocks / (us * 1e-6) / 1e9;
+      printf("%-10.1f %-18s %9.2f %8.0f %6.1f%%\n", mb, c.name, us, gbps, 100 * gbps / copy);
+    }
+  }
+  return 0;
+}
