@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   const Loader<C> loader{params};
   const int num_tiles = params.scheduler.num_tiles();
   // Persistent (K6): gridDim.x blocks walk the tiles in rounds; otherwise one tile per block.
+  // (K6 launched with one block per tile, FLASHATTN_K6_PERSISTENT=0, ends after round 0.)
   const int grid_blocks = C::kPersistent ? gridDim.x : num_tiles;
   if constexpr (C::kWarpSpecialized) {
     if (producer) {

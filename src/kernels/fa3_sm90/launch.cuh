@@ -89,6 +89,17 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
   return Status::success();
 }
 
+// K6 walks the tiles with one block per SM (persistent) unless FLASHATTN_K6_PERSISTENT=0, which
+// launches one block per tile instead (the kernel's rounds then end after the first): an
+// ablation of the persistent grid against the hardware's own block scheduling.
+inline bool persistent_grid() {
+  static const bool persistent = [] {
+    const char* env = std::getenv("FLASHATTN_K6_PERSISTENT");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return persistent;
+}
+
 template <class Element, int kHeadDim, int kHeadDimV, Stage kStage>
 Status run_forward(const Problem& p) {
   using C = Config<Element, kHeadDim, kHeadDimV, kStage>;
@@ -97,7 +108,7 @@ Status run_forward(const Problem& p) {
   if (Status s = make_params(p, params, tiles); !s.ok()) return s;
   if (tiles == 0) return Status::success();
   int grid = tiles;
-  if constexpr (C::kPersistent) {
+  if (C::kPersistent && persistent_grid()) {
     int device = 0, sms = 0;
     FA_CUDA_TRY(cudaGetDevice(&device));
     FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
