@@ -5,12 +5,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <climits>
 #include <cstdint>
-#include <string>
 
 #include "api/problem.h"
 #include "common/cuda_check.h"
+#include "common/launch_limits.h"
 #include "kernels/fa2_sm80/kernel.cuh"
 
 namespace flashattn::fa2 {
@@ -20,22 +19,8 @@ Status run_forward(const Problem& p) {
   using C = Config<Element, kHeadDim, kHeadDimV>;
   const int64_t m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
   const int64_t blocks = m_blocks * p.batch * p.heads_q;
-  if (blocks > INT_MAX) {
-    return {StatusCode::unsupported, "fa2: batch * heads_q * ceil(seqlen_q / " +
-                                         std::to_string(C::kBlockM) +
-                                         ") exceeds the launch grid (2^31 - 1 blocks)"};
-  }
-  // Every tile plan fits sm_80's 163 KB; sm_86/89 allow 99 KB per block, too little for the
-  // larger head dims: say so instead of failing the attribute call with a bare CUDA error.
-  int device = 0, smem_optin = 0;
-  FA_CUDA_TRY(cudaGetDevice(&device));
-  FA_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (C::kSmemBytes > smem_optin) {
-    return {StatusCode::unsupported, "fa2: head_dim " + std::to_string(kHeadDim) + " needs " +
-                                         std::to_string(C::kSmemBytes / 1024) +
-                                         " KB of shared memory per block; this device allows " +
-                                         std::to_string(smem_optin / 1024) + " KB"};
-  }
+  if (Status s = check_grid_blocks("fa2", blocks, C::kBlockM); !s.ok()) return s;
+  if (Status s = check_smem_optin("fa2", C::kSmemBytes, kHeadDim); !s.ok()) return s;
   const auto kernel = fwd_kernel<C>;
   // The attribute is per device, so it is set at every launch rather than cached (a cheap call).
   FA_CUDA_TRY(

@@ -185,6 +185,23 @@ struct Consumer {
     }
   }
 
+  // What both schedules read: this thread's views of the shared-memory GEMM operands (wgmma
+  // descriptors for Q, K and V transposed, one slice per stage for K and V) and the (row, key)
+  // coordinates of its S elements, in S's rowcol order.
+  __device__ __forceinline__ auto operands(SharedStorage& ss) const {
+    auto thr_qk = mma_qk.get_thread_slice(ctid);
+    auto thr_pv = mma_pv.get_thread_slice(ctid);
+    return cute::make_tuple(
+        thr_qk.partition_fragment_A(
+            make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{})),
+        thr_qk.partition_fragment_B(
+            make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{})),
+        thr_pv.partition_fragment_B(
+            make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutVt{})),
+        rowcol(thr_qk.partition_C(
+            make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{}))));
+  }
+
   // K4, K5: each GEMM waited for before the next step. `after_block(i)` runs once the i-th
   // visited key block's stage is released (K4 refills it from there).
   template <class AfterBlock>
@@ -192,17 +209,8 @@ struct Consumer {
                                                  PipelineKV& pipe_v, PipelineState& state,
                                                  const TileWork& w, FragO& tOrO,
                                                  Softmax& softmax, AfterBlock&& after_block) {
-    auto thr_qk = mma_qk.get_thread_slice(ctid);
-    auto thr_pv = mma_pv.get_thread_slice(ctid);
-    Tensor tSrQ = thr_qk.partition_fragment_A(
-        make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{}));
-    Tensor tSrK = thr_qk.partition_fragment_B(
-        make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{}));
-    Tensor tOrV = thr_pv.partition_fragment_B(
-        make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutVt{}));
+    auto [tSrQ, tSrK, tOrV, coords] = operands(ss);
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
-    Tensor coords = rowcol(
-        thr_qk.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{})));
     Tensor rP = make_tensor_like<Element>(tSrS);
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
     clear(tOrO);
@@ -233,17 +241,8 @@ struct Consumer {
                                                    PipelineKV& pipe_v, PipelineState& state,
                                                    const TileWork& w, FragO& tOrO,
                                                    Softmax& softmax) {
-    auto thr_qk = mma_qk.get_thread_slice(ctid);
-    auto thr_pv = mma_pv.get_thread_slice(ctid);
-    Tensor tSrQ = thr_qk.partition_fragment_A(
-        make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{}));
-    Tensor tSrK = thr_qk.partition_fragment_B(
-        make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{}));
-    Tensor tOrV = thr_pv.partition_fragment_B(
-        make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutVt{}));
+    auto [tSrQ, tSrK, tOrV, coords] = operands(ss);
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
-    Tensor coords = rowcol(
-        thr_qk.partition_C(make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{})));
     Tensor rP = make_tensor_like<Element>(tSrS);
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
     Tensor s = rowcol(tSrS);

@@ -5,12 +5,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <climits>
 #include <cstdint>
-#include <string>
 
 #include "api/problem.h"
 #include "common/cuda_check.h"
+#include "common/launch_limits.h"
 #include "kernels/k2_simt/kernel.cuh"
 
 namespace flashattn::k2 {
@@ -20,21 +19,8 @@ Status run_forward(const Problem& p) {
   using C = Config<Element, kHeadDim, kHeadDimV>;
   const int64_t q_tiles = (p.seqlen_q + C::kBlockQ - 1) / C::kBlockQ;
   const int64_t blocks = q_tiles * p.batch * p.heads_q;
-  if (blocks > INT_MAX) {
-    return {StatusCode::unsupported,
-            "k2: batch * heads_q * ceil(seqlen_q / 64) exceeds the launch grid (2^31 - 1 blocks)"};
-  }
-  // Devices with less shared memory per block than sm_80 (sm_86/89: 99 KB) cannot hold the
-  // larger tile plans; say so instead of failing the attribute call with a bare CUDA error.
-  int device = 0, smem_optin = 0;
-  FA_CUDA_TRY(cudaGetDevice(&device));
-  FA_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (C::kSmemBytes > smem_optin) {
-    return {StatusCode::unsupported, "k2: head_dim " + std::to_string(kHeadDim) + " needs " +
-                                         std::to_string(C::kSmemBytes / 1024) +
-                                         " KB of shared memory per block; this device allows " +
-                                         std::to_string(smem_optin / 1024) + " KB"};
-  }
+  if (Status s = check_grid_blocks("k2", blocks, C::kBlockQ); !s.ok()) return s;
+  if (Status s = check_smem_optin("k2", C::kSmemBytes, kHeadDim); !s.ok()) return s;
   const auto kernel = fwd_kernel<C>;
   // Every K2 tile plan is above the 48 KB default; the attribute is per device, so it is set at
   // every launch rather than cached (a cheap driver call).
