@@ -7,6 +7,8 @@
 // the tail short without scattering the working set over every head.
 #pragma once
 
+#include <cuda_runtime.h>  // __host__ __device__: the CPU tests check the orders too
+
 namespace flashattn::fa3 {
 
 struct TileCoord {
@@ -28,11 +30,11 @@ struct TileScheduler {
   // where a group's tiles line up with the grid: hdim 256 causal at seqlen 16k (one 128-tile
   // group per head, 132 blocks) stayed at 419 -> 451 TFLOP/s against ~590 at 8k. Drawing tiles
   // from a global counter is the fix; it spilled in the 24-register producer and waits.
-  __device__ __forceinline__ int tile_of(int round, int block, int blocks) const {
+  __host__ __device__ __forceinline__ int tile_of(int round, int block, int blocks) const {
     return round * blocks + ((round & 1) ? blocks - 1 - block : block);
   }
 
-  __device__ __forceinline__ TileCoord coord(int tile) const {
+  __host__ __device__ __forceinline__ TileCoord coord(int tile) const {
     int m_block, bh;
     if (group_heads == 0) {
       m_block = tile % num_m_blocks;
@@ -41,7 +43,8 @@ struct TileScheduler {
       const int per_group = group_heads * num_m_blocks;
       const int group = tile / per_group, r = tile % per_group;
       const int pairs = heads * batch;
-      const int in_group = min(group_heads, pairs - group * group_heads);
+      const int left = pairs - group * group_heads;
+      const int in_group = group_heads < left ? group_heads : left;
       m_block = num_m_blocks - 1 - r / in_group;
       bh = group * group_heads + r % in_group;
     }
