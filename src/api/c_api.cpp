@@ -67,34 +67,34 @@ Status invalid(std::string msg) {
   return {StatusCode::invalid_argument, std::move(msg)};
 }
 
+// The checks every versioned params struct of the ABI shares: non-null, at least version 1's
+// size, reserved 0, a known dtype. Only the caller's prefix is read: a larger struct from a newer
+// caller keeps its unknown tail to itself; every field of version 1 is required.
+template <class CParams>
+Status read_versioned(const CParams* in, size_t v1_size, const char* type, CParams& out) {
+  if (in == nullptr) return invalid("params: must not be null");
+  if (in->struct_size < v1_size) {
+    return invalid("struct_size: must be at least " + std::to_string(v1_size) + " (sizeof " +
+                   type + "), got " + std::to_string(in->struct_size));
+  }
+  std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof out));
+  if (out.reserved != 0) return invalid("reserved: must be 0, got " + std::to_string(out.reserved));
+  if (out.dtype != FLASHATTN_C_BF16 && out.dtype != FLASHATTN_C_FP16) {
+    return invalid("dtype: must be FLASHATTN_C_BF16 (0) or FLASHATTN_C_FP16 (1), got " +
+                   std::to_string(out.dtype));
+  }
+  return Status::success();
+}
+
 void copy_strides(int64_t (&dst)[4], const int64_t (&src)[4]) {
   std::copy(std::begin(src), std::end(src), std::begin(dst));
 }
 
 Converted convert(const flashattn_c_fwd_params* in) {
   Converted c;
-  if (in == nullptr) {
-    c.status = invalid("params: must not be null");
-    return c;
-  }
-  // Read only the caller's prefix: a larger struct from a newer caller keeps its unknown tail to
-  // itself; every field of version 1 is required.
-  if (in->struct_size < kV1Size) {
-    c.status = invalid("struct_size: must be at least " + std::to_string(kV1Size) +
-                       " (sizeof flashattn_c_fwd_params), got " + std::to_string(in->struct_size));
-    return c;
-  }
   flashattn_c_fwd_params p{};
-  std::memcpy(&p, in, std::min<size_t>(in->struct_size, sizeof p));
-  if (p.reserved != 0) {
-    c.status = invalid("reserved: must be 0, got " + std::to_string(p.reserved));
-    return c;
-  }
-  if (p.dtype != FLASHATTN_C_BF16 && p.dtype != FLASHATTN_C_FP16) {
-    c.status = invalid("dtype: must be FLASHATTN_C_BF16 (0) or FLASHATTN_C_FP16 (1), got " +
-                       std::to_string(p.dtype));
-    return c;
-  }
+  c.status = read_versioned(in, kV1Size, "flashattn_c_fwd_params", p);
+  if (!c.status.ok()) return c;
   if (p.causal != 0 && p.causal != 1) {
     c.status = invalid("causal: must be 0 or 1, got " + std::to_string(p.causal));
     return c;
@@ -131,27 +131,9 @@ Converted convert(const flashattn_c_fwd_params* in) {
 
 ConvertedDecode convert_decode(const flashattn_c_decode_params* in) {
   ConvertedDecode c;
-  if (in == nullptr) {
-    c.status = invalid("params: must not be null");
-    return c;
-  }
-  if (in->struct_size < kDecodeV1Size) {
-    c.status =
-        invalid("struct_size: must be at least " + std::to_string(kDecodeV1Size) +
-                " (sizeof flashattn_c_decode_params), got " + std::to_string(in->struct_size));
-    return c;
-  }
   flashattn_c_decode_params p{};
-  std::memcpy(&p, in, std::min<size_t>(in->struct_size, sizeof p));
-  if (p.reserved != 0) {
-    c.status = invalid("reserved: must be 0, got " + std::to_string(p.reserved));
-    return c;
-  }
-  if (p.dtype != FLASHATTN_C_BF16 && p.dtype != FLASHATTN_C_FP16) {
-    c.status = invalid("dtype: must be FLASHATTN_C_BF16 (0) or FLASHATTN_C_FP16 (1), got " +
-                       std::to_string(p.dtype));
-    return c;
-  }
+  c.status = read_versioned(in, kDecodeV1Size, "flashattn_c_decode_params", p);
+  if (!c.status.ok()) return c;
   for (auto [name, flag] : {std::pair{"causal", p.causal}, {"check_indices", p.check_indices}}) {
     if (flag != 0 && flag != 1) {
       c.status = invalid(std::string(name) + ": must be 0 or 1, got " + std::to_string(flag));

@@ -39,6 +39,26 @@ using SmemAtomK = std::conditional_t<
     std::conditional_t<kCols % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
                        GMMA::Layout_K_SW32_Atom<Element>>>;
 
+// How the family's TMA reads q, k and v into a config's shared-memory layouts (Q: (rows, dim);
+// K, V: (keys, dim, stage)). Global tensors are (token, dim, head, batch) with a unit dim stride;
+// packed (varlen) tensors are one batch of total tokens, a tile's sequence start a coordinate
+// offset. Tile* are the boxes one copy moves.
+template <class Element, class LayoutQ, class LayoutK, class LayoutV>
+struct TmaCopies {
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TileQ = decltype(product_each(shape(LayoutQ{})));
+  using TileK = decltype(product_each(shape(take<0, 2>(LayoutK{}))));
+  using TileV = decltype(product_each(shape(take<0, 2>(LayoutV{}))));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, LayoutQ{}, TileQ{}, _1{}));
+  using TmaK =
+      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(LayoutK{}), TileK{}, _1{}));
+  using TmaV =
+      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(LayoutV{}), TileV{}, _1{}));
+};
+
 template <class Element_, int kHeadDim_, int kHeadDimV_, Stage kStage_>
 struct Config {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
@@ -113,18 +133,7 @@ struct Config {
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= kSmemOptin, "tile plan exceeds Hopper shared memory");
 
-  // Global tensors as TMA sees them: (token, dim, head, batch) with a unit dim stride. Packed
-  // (varlen) tensors are one batch of total tokens; a tile's sequence start is a coordinate offset.
-  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
-                                          GmemShape{}, GmemStride{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
-                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
-  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
-                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
-  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}),
-                                      Shape<Int<kBlockN>, Int<kHeadDimV>>{}, _1{}));
+  using Tma = TmaCopies<Element, SmemLayoutQ, SmemLayoutK, SmemLayoutV>;
 };
 
 }  // namespace flashattn::fa3

@@ -60,12 +60,13 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
   auto q = gmem_tensor<C>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
   auto k = gmem_tensor<C>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
   auto v = gmem_tensor<C>(p.v, tokens_k, kHeadDimV, p.heads_kv, batch, p.v_stride);
-  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename C::SmemLayoutQ{},
-                               Shape<Int<C::kBlockM>, Int<kHeadDim>>{}, _1{});
+  using Tma = typename C::Tma;
+  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename C::SmemLayoutQ{}, typename Tma::TileQ{},
+                               _1{});
   params.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename C::SmemLayoutK{}),
-                               Shape<Int<C::kBlockN>, Int<kHeadDim>>{}, _1{});
+                               typename Tma::TileK{}, _1{});
   params.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename C::SmemLayoutV{}),
-                               Shape<Int<C::kBlockN>, Int<kHeadDimV>>{}, _1{});
+                               typename Tma::TileV{}, _1{});
   params.shape_q = q.shape();
   params.shape_k = k.shape();
   params.shape_v = v.shape();

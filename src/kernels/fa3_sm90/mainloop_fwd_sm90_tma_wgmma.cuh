@@ -24,10 +24,10 @@ namespace flashattn::fa3 {
 template <class C>
 struct Params {
   Problem p;
-  typename C::TmaQ tma_q;
-  typename C::TmaK tma_k;
-  typename C::TmaV tma_v;
-  typename C::GmemShape shape_q, shape_k, shape_v;  // (tokens, dim, heads, batch) as TMA sees them
+  typename C::Tma::TmaQ tma_q;
+  typename C::Tma::TmaK tma_k;
+  typename C::Tma::TmaV tma_v;
+  typename C::Tma::GmemShape shape_q, shape_k, shape_v;  // (tokens, dim, heads, batch)
   TileScheduler scheduler;
   SoftmaxOptions softmax;
 
