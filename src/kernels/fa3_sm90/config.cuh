@@ -126,6 +126,12 @@ struct Config {
     alignas(1024) cute::array_aligned<Element, kOInQ ? 8 : cosize_v<SmemLayoutO>> o;
     alignas(16) uint64_t q_full;   // Q landed (TMA transaction barrier)
     alignas(16) uint64_t q_empty;  // consumers are done with Q (and with O when kOInQ)
+    // Warp-specialized stages hand tiles around through shared memory (kernel_fwd_sm90.cuh):
+    // the producer announces `tile` with q_full (>= the tile count: no more tiles); a consumer
+    // thread draws the block's next tile into `next_tile` and arrives on next_ready.
+    alignas(16) uint64_t next_ready;
+    int tile;
+    int next_tile;
 
     typename PipelineKV::SharedStorage pipeline_k;
     typename PipelineKV::SharedStorage pipeline_v;

@@ -17,6 +17,20 @@
 
 namespace flashattn::fa3 {
 
+// The tile slot in shared memory, written and read by asm volatile so the compiler keeps each
+// access on its side of the (also asm volatile) q_full arrival and wait; the mbarrier's release
+// and acquire order it for the hardware.
+__device__ __forceinline__ void store_tile_slot(int* slot, int tile) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(cute::cast_smem_ptr_to_uint(slot)), "r"(tile)
+               : "memory");
+}
+__device__ __forceinline__ int load_tile_slot(const int* slot) {
+  int tile;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(tile) : "r"(cute::cast_smem_ptr_to_uint(slot))
+               : "memory");
+  return tile;
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_constant__ Params<C> params) {
   using SharedStorage = typename C::SharedStorage;
@@ -31,6 +45,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   if (threadIdx.x == 0) {
     Barrier::init(&ss.q_full, 1);
     Barrier::init(&ss.q_empty, C::kConsumerThreads);
+    Barrier::init(&ss.next_ready, 1);
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
@@ -51,26 +66,39 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
 
   const Loader<C> loader{params};
   const int num_tiles = params.scheduler.num_tiles();
-  // Persistent (K6): gridDim.x blocks walk the tiles in rounds; otherwise one tile per block.
-  // (K6 launched with one block per tile, FLASHATTN_K6_PERSISTENT=0, ends after round 0.)
+  // Persistent (K6): gridDim.x blocks walk the tiles, in static rounds or drawing from
+  // params.tile_counter; otherwise one tile per block. (K6 launched with one block per tile,
+  // FLASHATTN_K6_PERSISTENT=0, ends after its first tile.)
   const int grid_blocks = C::kPersistent ? gridDim.x : num_tiles;
   if constexpr (C::kWarpSpecialized) {
     if (producer) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
       if (threadIdx.x != 0) return;
+      // One thread announces the block's tiles, each through ss.tile with q_full (Q's TMA, or a
+      // plain arrival for a tile with nothing to load), and fills the K/V ring. The tile after
+      // it comes from the consumers (ss.next_tile): drawing from the global counter here took
+      // more than the producer's 24 registers (it spilled).
       PipelineState state = cutlass::make_producer_start_state<PipelineKV>();
-      int q_loads = 0;
-      for (int round = 0, tile; (tile = params.scheduler.tile_of(round, blockIdx.x, grid_blocks)) < num_tiles; ++round) {
-        const TileWork w = tile_work(params, tile);
-        if (w.skip || w.empty()) continue;
-        if (q_loads > 0) Barrier::wait(&ss.q_empty, (q_loads - 1) & 1);
-        loader.load_q(ss, w);
-        ++q_loads;
-        for (int n = w.n_max - 1; n >= w.n_min; --n, ++state) {
-          loader.load_kv(ss, pipe_k, pipe_v, state, w, n);
+      int tile = params.scheduler.tile_of(0, blockIdx.x, grid_blocks);
+      for (int announced = 0;; ++announced) {
+        if (announced > 0) Barrier::wait(&ss.q_empty, (announced - 1) & 1);  // slot, Q free
+        store_tile_slot(&ss.tile, min(tile, num_tiles));
+        if (tile >= num_tiles) {
+          Barrier::arrive(&ss.q_full);
+          return;
         }
+        const TileWork w = tile_work(params, tile);
+        if (w.skip || w.empty()) {
+          Barrier::arrive(&ss.q_full);
+        } else {
+          loader.load_q(ss, w);
+          for (int n = w.n_max - 1; n >= w.n_min; --n, ++state) {
+            loader.load_kv(ss, pipe_k, pipe_v, state, w, n);
+          }
+        }
+        Barrier::wait(&ss.next_ready, announced & 1);
+        tile = load_tile_slot(&ss.next_tile);
       }
-      return;
     }
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
   }
@@ -84,15 +112,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   }
   PipelineState state;
   PipelineState load_state = cutlass::make_producer_start_state<PipelineKV>();  // K4 only
-  int q_reads = 0;
-  for (int round = 0, tile; (tile = params.scheduler.tile_of(round, blockIdx.x, grid_blocks)) < num_tiles; ++round) {
-    const TileWork w = tile_work(params, tile);
-    if (w.skip) continue;
+  // One tile whose Q has landed (or no key is visible to it).
+  auto compute_tile = [&](int tile, const TileWork& w) {
     if (w.empty()) {
       epilogue.store_empty(w);
-      continue;
+      if constexpr (C::kWarpSpecialized) Barrier::arrive(&ss.q_empty);
+      return;
     }
-    // K4: thread 0 loads Q and fills the ring, then refills a stage as soon as it is released.
+    // K4: thread 0 refills a stage as soon as it is released.
     const int blocks = w.n_max - w.n_min;
     auto refill = [&](int visited) {
       if constexpr (!C::kWarpSpecialized) {
@@ -103,16 +130,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
         }
       }
     };
-    if constexpr (!C::kWarpSpecialized) {
-      if (threadIdx.x == 0) {
-        loader.load_q(ss, w);
-        for (int i = 0; i < C::kStages && i < blocks; ++i, ++load_state) {
-          loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - i);
-        }
-      }
-    }
-    Barrier::wait(&ss.q_full, q_reads & 1);
-    ++q_reads;
     typename Consumer<C>::Softmax softmax(fabsf(params.p.scale_log2));
     typename Consumer<C>::FragO tOrO;
     if constexpr (C::kOverlap) {
@@ -123,6 +140,47 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
     // The tile's coordinates are derived again rather than kept live across the mainloop: the
     // loop needs every register it can get, and re-reading them costs a few cached loads.
     epilogue.store(ss, tile_work(params, tile), tOrO, softmax, consumer.mma_pv);
+  };
+
+  if constexpr (C::kWarpSpecialized) {
+    // The producer announces each tile (above); the first consumer thread draws the one after
+    // it as soon as this one is known, from the counter (uneven tiles) or the static rounds.
+    for (int t = 0;; ++t) {
+      Barrier::wait(&ss.q_full, t & 1);
+      const int tile = load_tile_slot(&ss.tile);
+      if (tile >= num_tiles) break;
+      if (ctid == 0) {
+        const int next = params.tile_counter != nullptr
+                             ? atomicAdd(params.tile_counter, 1) + grid_blocks
+                             : params.scheduler.tile_of(t + 1, blockIdx.x, grid_blocks);
+        store_tile_slot(&ss.next_tile, next);
+        Barrier::arrive(&ss.next_ready);
+      }
+      const TileWork w = tile_work(params, tile);
+      if (w.skip) {
+        Barrier::arrive(&ss.q_empty);
+        continue;
+      }
+      compute_tile(tile, w);
+    }
+  } else {
+    // K4: every thread walks the tiles; thread 0 loads Q and fills the ring in line.
+    int q_reads = 0;
+    for (int round = 0, tile; (tile = params.scheduler.tile_of(round, blockIdx.x, grid_blocks)) < num_tiles; ++round) {
+      const TileWork w = tile_work(params, tile);
+      if (w.skip) continue;
+      if (!w.empty()) {
+        if (threadIdx.x == 0) {
+          loader.load_q(ss, w);
+          for (int i = 0; i < C::kStages && i < w.n_max - w.n_min; ++i, ++load_state) {
+            loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - i);
+          }
+        }
+        Barrier::wait(&ss.q_full, q_reads & 1);
+        ++q_reads;
+      }
+      compute_tile(tile, w);
+    }
   }
 }
 

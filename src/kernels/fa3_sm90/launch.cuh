@@ -14,6 +14,7 @@
 
 #include "api/problem.h"
 #include "common/cuda_check.h"
+#include "common/workspace.h"
 #include "kernels/fa3_sm90/kernel_fwd_sm90.cuh"
 
 namespace flashattn::fa3 {
@@ -71,6 +72,7 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
   params.shape_k = k.shape();
   params.shape_v = v.shape();
   params.softmax = softmax_options();
+  params.tile_counter = nullptr;
 
   TileScheduler& sched = params.scheduler;
   sched.num_m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
@@ -109,7 +111,8 @@ Status run_forward(const Problem& p) {
   if (Status s = make_params(p, params, tiles); !s.ok()) return s;
   if (tiles == 0) return Status::success();
   int grid = tiles;
-  if (C::kPersistent && persistent_grid()) {
+  const bool persistent = C::kPersistent && persistent_grid();
+  if (persistent) {
     int device = 0, sms = 0;
     FA_CUDA_TRY(cudaGetDevice(&device));
     FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -118,9 +121,25 @@ Status run_forward(const Problem& p) {
   const auto kernel = fwd_kernel<C>;
   FA_CUDA_TRY(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(params);
-  FA_CUDA_LAUNCH_CHECK("hopper fwd_kernel");
-  return Status::success();
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  // Tiles that differ in work (masks, variable lengths) are drawn from a counter (Params::
+  // tile_counter) when there is more than one round of them; equal tiles keep the static rounds,
+  // which cost no memset.
+  const bool uneven = p.mask.left >= 0 || p.mask.right >= 0 || p.cu_seqlens_q != nullptr;
+  void* counter = nullptr;
+  if (persistent && uneven && tiles > grid) {
+    if (Status s = workspace_alloc(sizeof(int), stream, &counter); !s.ok()) return s;
+    params.tile_counter = static_cast<int*>(counter);
+    if (const cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(int), stream); e != cudaSuccess) {
+      (void)workspace_free(counter, stream);
+      return cuda_status(e, "cudaMemsetAsync(tile counter)");
+    }
+  }
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(params);
+  const cudaError_t launched = cudaGetLastError();
+  const Status freed = workspace_free(counter, stream);
+  if (launched != cudaSuccess) return cuda_status(launched, "hopper fwd_kernel launch");
+  return freed;
 }
 
 #define FA_FA3_EXTERN(stage)                                                       \

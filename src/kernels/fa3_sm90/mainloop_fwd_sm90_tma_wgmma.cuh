@@ -30,7 +30,11 @@ struct Params {
   typename C::Tma::GmemShape shape_q, shape_k, shape_v;  // (tokens, dim, heads, batch)
   TileScheduler scheduler;
   SoftmaxOptions softmax;
-
+  // K6 with uneven tiles (causal, window, varlen): after its first tile (blockIdx.x) a block
+  // draws the next from this counter (zeroed before the launch), so blocks that drew short tiles
+  // come back for more: greedy longest-processing-time over the scheduler's longest-first order.
+  // Null: the static rounds of TileScheduler::tile_of.
+  int* tile_counter;
 };
 
 // Barrier ids (bar.sync): 0 is __syncthreads.

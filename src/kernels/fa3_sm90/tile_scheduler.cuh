@@ -1,5 +1,6 @@
-// Which (query tile, head, sequence) a thread block computes next. One linear tile index, decoded
-// the same way by the producer and the consumers, so they need no shared-memory handshake.
+// Which (query tile, head, sequence) a thread block computes next: one linear tile index, which
+// the kernel hands from role to role through shared memory (kernel_fwd_sm90.cuh). The index comes
+// from static rounds (tile_of) or, for K6 with uneven tiles, from a global counter.
 //
 // Dense masks: query tiles fastest, so blocks running at the same time share one head's K and V
 // in L2. Causal/windowed masks (tiles differ in work): longest first within groups of heads
@@ -28,8 +29,9 @@ struct TileScheduler {
   // longest-first order the block that drew the longest tile of one round draws the shortest of
   // the next (a plain stride gave block 0 the longest tile of every round). It balances only
   // where a group's tiles line up with the grid: hdim 256 causal at seqlen 16k (one 128-tile
-  // group per head, 132 blocks) stayed at 419 -> 451 TFLOP/s against ~590 at 8k. Drawing tiles
-  // from a global counter is the fix; it spilled in the 24-register producer and waits.
+  // group per head, 132 blocks) stayed at 419 -> 451 TFLOP/s against ~590 at 8k. So K6 draws
+  // uneven tiles from a global counter instead (Params::tile_counter); the rounds remain for
+  // equal tiles, where they cost no memset, and for one-tile-per-block grids.
   __host__ __device__ __forceinline__ int tile_of(int round, int block, int blocks) const {
     return round * blocks + ((round & 1) ? blocks - 1 - block : block);
   }
