@@ -42,29 +42,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
 
   const int warp_group = threadIdx.x / 128;
   const bool producer = C::kWarpSpecialized && warp_group == 0;
+  const Loader<C> loader{params};
   if (threadIdx.x == 0) {
     Barrier::init(&ss.q_full, 1);
     Barrier::init(&ss.q_empty, C::kConsumerThreads);
     Barrier::init(&ss.next_ready, 1);
-    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    loader.prefetch_descriptors();
   }
-  typename PipelineKV::Params pk;
-  pk.role = !C::kWarpSpecialized ? PipelineKV::ThreadCategory::ProducerConsumer
-            : producer           ? PipelineKV::ThreadCategory::Producer
-                                 : PipelineKV::ThreadCategory::Consumer;
-  pk.is_leader = threadIdx.x == 0;  // the thread that issues TMA (producer or K4's thread 0)
-  pk.num_consumers = C::kConsumerThreads;
-  typename PipelineKV::Params pv = pk;
-  pk.transaction_bytes = C::kBytesK;
-  pv.transaction_bytes = C::kBytesV;
-  PipelineKV pipe_k(ss.pipeline_k, pk, Shape<_1, _1, _1>{});
-  PipelineKV pipe_v(ss.pipeline_v, pv, Shape<_1, _1, _1>{});
+  using Category = typename PipelineKV::ThreadCategory;
+  auto [pipe_k, pipe_v] = make_kv_ring<C>(ss,
+                                          !C::kWarpSpecialized ? Category::ProducerConsumer
+                                          : producer           ? Category::Producer
+                                                               : Category::Consumer,
+                                          C::kConsumerThreads);
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  const Loader<C> loader{params};
   const int num_tiles = params.scheduler.num_tiles();
   // Persistent (K6): gridDim.x blocks walk the tiles, in static rounds or drawing from
   // params.tile_counter; otherwise one tile per block. (K6 launched with one block per tile,

@@ -104,29 +104,20 @@ __global__ void __launch_bounds__(k2::kThreads, 1)
 
   const TileWork w = tile_work(params, static_cast<int>(blockIdx.x));
   if (w.skip) return;  // past the end of a variable-length sequence: nothing to write
+  const Loader<C> loader{params};
   if (threadIdx.x == 0) {
     Barrier::init(&ss.q_full, 1);
-    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    loader.prefetch_descriptors();
   }
   // Every thread consumes and releases each stage (the empty barriers count 256 arrivals); thread
   // 0 alone produces.
-  typename PipelineKV::Params pk;
-  pk.role = PipelineKV::ThreadCategory::ProducerConsumer;
-  pk.is_leader = threadIdx.x == 0;
-  pk.num_consumers = k2::kThreads;
-  typename PipelineKV::Params pv = pk;
-  pk.transaction_bytes = C::kBytesK;
-  pv.transaction_bytes = C::kBytesV;
-  PipelineKV pipe_k(ss.pipeline_k, pk, Shape<_1, _1, _1>{});
-  PipelineKV pipe_v(ss.pipeline_v, pv, Shape<_1, _1, _1>{});
+  auto [pipe_k, pipe_v] =
+      make_kv_ring<C>(ss, PipelineKV::ThreadCategory::ProducerConsumer, k2::kThreads);
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
   // Key blocks in ascending order, as K2 visits them. A tile no key is visible to loads nothing
   // and stores O = 0, LSE = -inf.
-  const Loader<C> loader{params};
   const int blocks = w.n_max - w.n_min;
   PipelineState load_state = cutlass::make_producer_start_state<PipelineKV>();
   if (threadIdx.x == 0 && blocks > 0) {

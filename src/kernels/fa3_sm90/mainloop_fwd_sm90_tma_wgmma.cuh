@@ -75,6 +75,28 @@ __device__ __forceinline__ TileWork tile_work(const Params<C>& params, int tile)
   return w;
 }
 
+// The K and V rings of a block (one PipelineTmaAsync each, `C::kStages` stages) for threads of
+// the given role; `consumers` threads release each stage. Call from every thread, then
+// fence_barrier_init and a block barrier before first use. Shared by K3 and K4-K6.
+template <class C>
+struct KVRing {
+  typename C::PipelineKV k, v;
+};
+template <class C, class SharedStorage>
+__device__ __forceinline__ KVRing<C> make_kv_ring(
+    SharedStorage& ss, typename C::PipelineKV::ThreadCategory role, int consumers) {
+  using PipelineKV = typename C::PipelineKV;
+  typename PipelineKV::Params pk;
+  pk.role = role;
+  pk.is_leader = threadIdx.x == 0;  // the thread that issues TMA
+  pk.num_consumers = consumers;
+  typename PipelineKV::Params pv = pk;
+  pk.transaction_bytes = C::kBytesK;
+  pv.transaction_bytes = C::kBytesV;
+  return {PipelineKV(ss.pipeline_k, pk, Shape<_1, _1, _1>{}),
+          PipelineKV(ss.pipeline_v, pv, Shape<_1, _1, _1>{})};
+}
+
 // Producer side: one thread issues every TMA of a tile.
 template <class C>
 struct Loader {
@@ -83,6 +105,13 @@ struct Loader {
   using PipelineKV = typename C::PipelineKV;
   using PipelineState = cutlass::PipelineState<C::kStages>;
   const Params<C>& params;
+
+  // The three TMA descriptors into the descriptor cache (one thread, at kernel start).
+  __device__ __forceinline__ void prefetch_descriptors() const {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+  }
 
   __device__ __forceinline__ int batch_index(const TileWork& w) const {
     return params.p.cu_seqlens_q != nullptr ? 0 : w.c.batch;
