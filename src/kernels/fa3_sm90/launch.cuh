@@ -23,6 +23,9 @@ namespace flashattn::fa3 {
 // 50 MB, so a group's K and V stay resident while its tiles run.
 inline constexpr int64_t kL2GroupBytes = 24ll << 20;
 
+// Query tiles of one head differ in work when a mask bounds their keys (causal, window).
+inline bool masked(const Problem& p) { return p.mask.left >= 0 || p.mask.right >= 0; }
+
 // A global tensor as TMA reads it: (token, dim, head, batch). Modes of extent 1 get a stride TMA
 // accepts whatever the caller passed there (their stride is never used).
 template <class C>
@@ -78,7 +81,7 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
   sched.num_m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
   sched.heads = p.heads_q;
   sched.batch = p.batch;
-  const bool uneven = p.mask.left >= 0 || p.mask.right >= 0;  // tiles differ in work
+  const bool uneven = masked(p);
   const int64_t kv_bytes = static_cast<int64_t>(std::max(p.seqlen_k, 1)) *
                            (kHeadDim + kHeadDimV) * sizeof(typename C::Element);
   sched.group_heads =
@@ -125,7 +128,7 @@ Status run_forward(const Problem& p) {
   // Tiles that differ in work (masks, variable lengths) are drawn from a counter (Params::
   // tile_counter) when there is more than one round of them; equal tiles keep the static rounds,
   // which cost no memset.
-  const bool uneven = p.mask.left >= 0 || p.mask.right >= 0 || p.cu_seqlens_q != nullptr;
+  const bool uneven = masked(p) || p.cu_seqlens_q != nullptr;
   void* counter = nullptr;
   if (persistent && uneven && tiles > grid) {
     if (Status s = workspace_alloc(sizeof(int), stream, &counter); !s.ok()) return s;
