@@ -7,6 +7,10 @@
 #include <tuple>
 #include <vector>
 
+#include <cstdint>
+#include <random>
+
+#include "common/fast_div.h"
 #include "kernels/fa3_sm90/tile_scheduler.cuh"
 
 namespace {
@@ -28,7 +32,7 @@ std::vector<int> visited(const TileScheduler& s, int blocks) {
 TEST(TileScheduler, EveryTileOnceForAnyGrid) {
   for (int group : {0, 1, 3, 7}) {
     for (int blocks : {1, 5, 132, 1000}) {
-      TileScheduler s{.num_m_blocks = 9, .heads = 5, .batch = 3, .group_heads = group};
+      const TileScheduler s = TileScheduler::make(9, 5, 3, group);
       std::vector<int> tiles = visited(s, std::min(blocks, s.num_tiles()));
       std::set<int> unique(tiles.begin(), tiles.end());
       EXPECT_EQ(tiles.size(), size_t(s.num_tiles())) << "group " << group << " blocks " << blocks;
@@ -48,14 +52,14 @@ TEST(TileScheduler, EveryTileOnceForAnyGrid) {
 }
 
 TEST(TileScheduler, LongestFirstWithinGroupsAndDenseKeepsHeadsTogether) {
-  const TileScheduler causal{.num_m_blocks = 4, .heads = 3, .batch = 2, .group_heads = 4};
+  const TileScheduler causal = TileScheduler::make(4, 3, 2, 4);
   // First group: the 4 pairs' last query tiles (the longest under a causal mask) come first.
   for (int t = 0; t < 4; ++t) EXPECT_EQ(causal.coord(t).m_block, 3) << t;
   for (int t = 4; t < 8; ++t) EXPECT_EQ(causal.coord(t).m_block, 2) << t;
   // The last group holds the 2 remaining pairs.
   EXPECT_EQ(causal.coord(16).m_block, 3);
   EXPECT_EQ(causal.coord(16).head + 3 * causal.coord(16).batch, 4);
-  const TileScheduler dense{.num_m_blocks = 4, .heads = 3, .batch = 2, .group_heads = 0};
+  const TileScheduler dense = TileScheduler::make(4, 3, 2, 0);
   for (int t = 0; t < 4; ++t) {  // one head's query tiles side by side: its K/V stays in L2
     EXPECT_EQ(dense.coord(t).head, 0);
     EXPECT_EQ(dense.coord(t).m_block, t);
@@ -63,12 +67,70 @@ TEST(TileScheduler, LongestFirstWithinGroupsAndDenseKeepsHeadsTogether) {
 }
 
 TEST(TileScheduler, RoundsSnake) {
-  const TileScheduler s{.num_m_blocks = 8, .heads = 4, .batch = 1, .group_heads = 4};
+  const TileScheduler s = TileScheduler::make(8, 4, 1, 4);
   // Round 0 hands tiles out in block order, round 1 in reverse.
   EXPECT_EQ(s.tile_of(0, 0, 10), 0);
   EXPECT_EQ(s.tile_of(0, 9, 10), 9);
   EXPECT_EQ(s.tile_of(1, 0, 10), 19);
   EXPECT_EQ(s.tile_of(1, 9, 10), 10);
+}
+
+// FastDiv against `/` and `%`: every divisor up to 4096 with the numerators where rounding is
+// hardest (around multiples of the divisor, and the top of the range), then random pairs.
+TEST(FastDiv, MatchesIntegerDivision) {
+  auto check = [](int d, int n) {
+    const flashattn::FastDiv f(d);
+    int q = -1, r = -1;
+    f.divmod(n, q, r);
+    ASSERT_EQ(q, n / d) << n << " / " << d;
+    ASSERT_EQ(r, n % d) << n << " % " << d;
+  };
+  for (int d = 1; d <= 4096; ++d) {
+    for (int k : {0, 1, 2, 3, 1000, 65535, (INT32_MAX / d) - 1, INT32_MAX / d}) {
+      for (int delta : {-1, 0, 1}) {
+        const int64_t n = int64_t(k) * d + delta;
+        if (n >= 0 && n <= INT32_MAX) check(d, int(n));
+      }
+    }
+    check(d, INT32_MAX);
+  }
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<int> any(0, INT32_MAX), divisor(1, INT32_MAX);
+  for (int i = 0; i < 200000; ++i) check(divisor(rng), any(rng));
+}
+
+// coord() and kv_head() (fast divisions) against the same order written with `/` and `%`.
+TEST(TileScheduler, CoordMatchesPlainDivision) {
+  for (int group : {0, 1, 2, 3, 5, 7, 15, 16, 100}) {
+    for (int m : {1, 2, 9, 33}) {
+      for (int kv_group : {1, 2, 4, 7}) {
+        const int heads = 7 * kv_group, batch = 3;
+        const TileScheduler s = TileScheduler::make(m, heads, batch, group, kv_group);
+        for (int t = 0; t < s.num_tiles(); ++t) {
+          int m_block, bh;
+          if (group == 0) {
+            m_block = t % m;
+            bh = t / m;
+          } else {
+            const int per_group = group * m, g = t / per_group, r = t % per_group;
+            const int left = heads * batch - g * group, in_group = group < left ? group : left;
+            m_block = m - 1 - r / in_group;
+            bh = g * group + r % in_group;
+          }
+          const TileCoord c = s.coord(t);
+          ASSERT_EQ(c.m_block, m_block) << t;
+          ASSERT_EQ(c.head, bh % heads) << t;
+          ASSERT_EQ(c.batch, bh / heads) << t;
+          ASSERT_EQ(s.kv_head(c.head), c.head / kv_group) << t;
+          const TileCoord d = s.coord_divide(t);
+          ASSERT_EQ(d.m_block, c.m_block) << t;
+          ASSERT_EQ(d.head, c.head) << t;
+          ASSERT_EQ(d.batch, c.batch) << t;
+          ASSERT_EQ(s.kv_head_divide(c.head), s.kv_head(c.head)) << t;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -116,6 +116,10 @@ struct Config {
       kBytesQ + kStages * (kBytesK + kBytesV) + kBytesO + 1024 > kSmemOptin;
 
   static_assert(!kOInQ || kHeadDim == kHeadDimV, "O staged in Q's rows needs Q's row layout");
+  // tile_work's divisions by multiply-high (FastDiv) rather than the hardware's, which queue
+  // behind the softmax's exponentials on the MUFU pipe. d 192 and 256 have no registers for the
+  // divisors (d 256 spilled 24-64 bytes in its epilogue).
+  static constexpr bool kFastDivide = !kOInQ;
 
   using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
 

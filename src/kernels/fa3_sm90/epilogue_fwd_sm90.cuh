@@ -10,6 +10,7 @@
 
 #include "common/named_barrier.cuh"
 #include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
+#include "kernels/fa3_sm90/timeline.cuh"
 
 namespace flashattn::fa3 {
 
@@ -46,13 +47,16 @@ struct Epilogue {
     scale_rows(o, inv);
     Tensor rO = make_tensor_like<Element>(tOrO);
     convert_into(tOrO, rO);
+    FA_TL(1 + wg, kEpiConvert);
 
     auto thr_pv = mma_pv.get_thread_slice(ctid);
     Element* staging = C::kOInQ ? ss.q.data() : ss.o.data();
     Tensor sO = make_tensor(make_smem_ptr(staging), typename C::SmemLayoutO{});
     named_barrier_sync(kEpilogueWG0 + wg, 128);  // the last tile's reads of these rows are done
+    FA_TL(1 + wg, kEpiBar1);
     copy(rO, thr_pv.partition_C(sO));
     named_barrier_sync(kEpilogueWG0 + wg, 128);  // every row of the warpgroup is written
+    FA_TL(1 + wg, kEpiStaged);
 
     Element* out = out_rows(w);
     const int64_t row_stride = p.o_stride[1];
@@ -66,6 +70,7 @@ struct Epilogue {
             *reinterpret_cast<const uint4*>(&sO(r, col));
       }
     }
+    FA_TL(1 + wg, kEpiStored);
     if constexpr (C::kOInQ) cutlass::arch::ClusterBarrier::arrive(&ss.q_empty);
 
     if (p.lse != nullptr && ctid % 4 == 0) {  // one lane of each quad holds the row's values

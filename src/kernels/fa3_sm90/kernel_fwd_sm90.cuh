@@ -14,6 +14,7 @@
 #include "kernels/fa3_sm90/config.cuh"
 #include "kernels/fa3_sm90/epilogue_fwd_sm90.cuh"
 #include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
+#include "kernels/fa3_sm90/timeline.cuh"
 
 namespace flashattn::fa3 {
 
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
     Barrier::init(&ss.q_empty, C::kConsumerThreads);
     Barrier::init(&ss.next_ready, 1);
     loader.prefetch_descriptors();
+    FA_TL_INIT();
   }
   using Category = typename PipelineKV::ThreadCategory;
   auto [pipe_k, pipe_v] = make_kv_ring<C>(ss,
@@ -57,6 +59,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
                                           C::kConsumerThreads);
   cutlass::arch::fence_barrier_init();
   __syncthreads();
+  FA_TL(warp_group, kBegin);
 
   const int num_tiles = params.scheduler.num_tiles();
   // Persistent (K6): gridDim.x blocks walk the tiles, in static rounds or drawing from
@@ -75,9 +78,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
       int tile = params.scheduler.tile_of(0, blockIdx.x, grid_blocks);
       for (int announced = 0;; ++announced) {
         if (announced > 0) Barrier::wait(&ss.q_empty, (announced - 1) & 1);  // slot, Q free
+        FA_TL(0, kProdTile);
         store_tile_slot(&ss.tile, min(tile, num_tiles));
         if (tile >= num_tiles) {
           Barrier::arrive(&ss.q_full);
+          FA_TL(0, kExit);
           return;
         }
         const TileWork w = tile_work(params, tile);
@@ -87,9 +92,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
           loader.load_q(ss, w);
           for (int n = w.n_max - 1; n >= w.n_min; --n, ++state) {
             loader.load_kv(ss, pipe_k, pipe_v, state, w, n);
+            FA_TL(0, kProdKV);
           }
         }
         Barrier::wait(&ss.next_ready, announced & 1);
+        FA_TL(0, kProdNext);
         tile = load_tile_slot(&ss.next_tile);
       }
     }
@@ -141,7 +148,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
     for (int t = 0;; ++t) {
       Barrier::wait(&ss.q_full, t & 1);
       const int tile = load_tile_slot(&ss.tile);
-      if (tile >= num_tiles) break;
+      if (tile >= num_tiles) {
+        FA_TL(1 + consumer.wg, kExit);
+        break;
+      }
+      FA_TL(1 + consumer.wg, kTile);
       if (ctid == 0) {
         const int next = params.tile_counter != nullptr
                              ? atomicAdd(params.tile_counter, 1) + grid_blocks
@@ -155,6 +166,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
         continue;
       }
       compute_tile(tile, w);
+      FA_TL(1 + consumer.wg, kEpilogue);
     }
   } else {
     // K4: every thread walks the tiles; thread 0 loads Q and fills the ring in line.

@@ -77,20 +77,21 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
   params.softmax = softmax_options();
   params.tile_counter = nullptr;
 
-  TileScheduler& sched = params.scheduler;
-  sched.num_m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
-  sched.heads = p.heads_q;
-  sched.batch = p.batch;
-  const bool uneven = masked(p);
-  const int64_t kv_bytes = static_cast<int64_t>(std::max(p.seqlen_k, 1)) *
-                           (kHeadDim + kHeadDimV) * sizeof(typename C::Element);
-  sched.group_heads =
-      uneven ? static_cast<int>(std::clamp<int64_t>(kL2GroupBytes / kv_bytes, 1, INT_MAX)) : 0;
-  const int64_t n = static_cast<int64_t>(sched.num_m_blocks) * p.heads_q * p.batch;
+  const int num_m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+  const int64_t n = static_cast<int64_t>(num_m_blocks) * p.heads_q * p.batch;
   if (n > INT_MAX) {
     return {StatusCode::unsupported, "hopper kernels: batch * heads_q * ceil(seqlen_q / " +
                                          std::to_string(C::kBlockM) + ") exceeds 2^31 - 1 tiles"};
   }
+  // Longest-first groups of (sequence, head) pairs whose K and V fit the L2 budget (a group of
+  // more pairs than there are is the same order as one of all of them).
+  const int64_t pairs = static_cast<int64_t>(p.heads_q) * p.batch;
+  const int64_t kv_bytes = static_cast<int64_t>(std::max(p.seqlen_k, 1)) *
+                           (kHeadDim + kHeadDimV) * sizeof(typename C::Element);
+  const int group_heads = masked(p) ? static_cast<int>(std::clamp<int64_t>(
+                                          kL2GroupBytes / kv_bytes, 1, std::max<int64_t>(pairs, 1)))
+                                    : 0;
+  params.scheduler = TileScheduler::make(num_m_blocks, p.heads_q, p.batch, group_heads, p.group);
   tiles = static_cast<int>(n);
   return Status::success();
 }
@@ -142,6 +143,7 @@ Status run_forward(const Problem& p) {
   const cudaError_t launched = cudaGetLastError();
   const Status freed = workspace_free(counter, stream);
   if (launched != cudaSuccess) return cuda_status(launched, "hopper fwd_kernel launch");
+  FA_TL_DUMP();
   return freed;
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/fa3_sm90/config.cuh"
 #include "kernels/fa3_sm90/softmax_sm90.cuh"
 #include "kernels/fa3_sm90/tile_scheduler.cuh"
+#include "kernels/fa3_sm90/timeline.cuh"
 
 namespace flashattn::fa3 {
 
@@ -62,8 +63,9 @@ template <class C>
 __device__ __forceinline__ TileWork tile_work(const Params<C>& params, int tile) {
   const Problem& p = params.p;
   TileWork w;
-  w.c = params.scheduler.coord(tile);
-  w.h_kv = w.c.head / p.group;
+  w.c = C::kFastDivide ? params.scheduler.coord(tile) : params.scheduler.coord_divide(tile);
+  w.h_kv = C::kFastDivide ? params.scheduler.kv_head(w.c.head)
+                          : params.scheduler.kv_head_divide(w.c.head);
   w.seq = sequence_view(p, w.c.batch, w.c.head, w.h_kv);
   w.mask = Mask{w.seq.len_q, w.seq.len_k, p.mask.left, p.mask.right};
   w.row0 = w.c.m_block * C::kBlockM;
@@ -127,6 +129,7 @@ struct Loader {
                                     group_modes<0, 2>(gQ));
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.q_full, C::kBytesQ);
     copy(params.tma_q.with(ss.q_full), src, dst);
+    FA_TL(0, kProdQ);
   }
 
   // K and V of key block n into the stage `state` names, each on its own pipeline.
@@ -148,6 +151,7 @@ struct Loader {
                                         group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     pipe_k.producer_acquire(state);
     copy(params.tma_k.with(*pipe_k.producer_get_barrier(state)), k_src, k_dst(_, state.index()));
+    FA_TL(0, kProdK);
     pipe_v.producer_acquire(state);
     copy(params.tma_v.with(*pipe_v.producer_get_barrier(state)), v_src, v_dst(_, state.index()));
   }
@@ -286,34 +290,43 @@ struct Consumer {
 
     int n = w.n_max - 1;
     pipe_k.consumer_wait(state);
+    FA_TL(1 + wg, kKWait);
     pingpong_sync();
+    FA_TL(1 + wg, kSlot);
     wgmma<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
     pingpong_arrive();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
+    FA_TL(1 + wg, kS);
     pipe_k.consumer_release(state);
     ++state;
     if (n == w.n_min) release_q(ss);
     prepare_scores(s, coords, w, n);
     softmax.step(s, factor, opt);  // O is still zero: nothing to rescale
+    FA_TL(1 + wg, kSoftmax);
     convert_into(tSrS, rP);
 
     for (--n; n >= w.n_min; --n) {
       pipe_k.consumer_wait(state);
+      FA_TL(1 + wg, kKWait);
       pingpong_sync();
+      FA_TL(1 + wg, kSlot);
       wgmma<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
       pipe_v.consumer_wait(state_v);
       wgmma<false, -1>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
       pingpong_arrive();
       warpgroup_wait<1>();  // S of block n is in; P·V of the previous block may still run
       warpgroup_fence_operand(tSrS);
+      FA_TL(1 + wg, kS);
       pipe_k.consumer_release(state);
       ++state;
       if (n == w.n_min) release_q(ss);
       prepare_scores(s, coords, w, n);
       const bool rescale = softmax.step(s, factor, opt);
+      FA_TL(1 + wg, kSoftmax);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
+      FA_TL(1 + wg, kPV);
       pipe_v.consumer_release(state_v);
       ++state_v;
       if (rescale) scale_rows(o, factor);
@@ -322,10 +335,12 @@ struct Consumer {
 
     pipe_v.consumer_wait(state_v);
     pingpong_sync();
+    FA_TL(1 + wg, kSlot);
     wgmma<false, -1>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
     pingpong_arrive();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
+    FA_TL(1 + wg, kLastPV);
     pipe_v.consumer_release(state_v);
   }
 

@@ -10,6 +10,8 @@
 
 #include <cuda_runtime.h>  // __host__ __device__: the CPU tests check the orders too
 
+#include "common/fast_div.h"
+
 namespace flashattn::fa3 {
 
 struct TileCoord {
@@ -21,6 +23,30 @@ struct TileScheduler {
   int heads = 0;
   int batch = 0;
   int group_heads = 1;  // (sequence, head) pairs per longest-first group; 0 = dense order
+  // The divisions of coord() and kv_head(), prepared on the host (make): a run-time integer
+  // division on the GPU goes through the MUFU pipe, which the softmax keeps busy.
+  FastDiv by_m_blocks, by_heads, by_group_heads, by_last_group, by_pairs_per_group, by_kv_group;
+
+  // kv_group: query heads per KV head (GQA), for kv_head().
+  static TileScheduler make(int num_m_blocks, int heads, int batch, int group_heads,
+                            int kv_group = 1) {
+    TileScheduler s;
+    s.num_m_blocks = num_m_blocks;
+    s.heads = heads;
+    s.batch = batch;
+    s.group_heads = group_heads;
+    s.by_m_blocks = FastDiv(num_m_blocks > 0 ? num_m_blocks : 1);
+    s.by_heads = FastDiv(heads > 0 ? heads : 1);
+    s.by_kv_group = FastDiv(kv_group > 0 ? kv_group : 1);
+    if (group_heads > 0) {
+      const int pairs = heads * batch;
+      const int last = pairs > 0 ? pairs - (pairs - 1) / group_heads * group_heads : 1;
+      s.by_group_heads = FastDiv(group_heads);
+      s.by_last_group = FastDiv(last < group_heads ? last : group_heads);
+      s.by_pairs_per_group = FastDiv(group_heads * (num_m_blocks > 0 ? num_m_blocks : 1));
+    }
+    return s;
+  }
 
   __host__ __device__ int num_tiles() const { return num_m_blocks * heads * batch; }
 
@@ -39,18 +65,47 @@ struct TileScheduler {
   __host__ __device__ __forceinline__ TileCoord coord(int tile) const {
     int m_block, bh;
     if (group_heads == 0) {
+      by_m_blocks.divmod(tile, bh, m_block);
+    } else {
+      // Groups of group_heads pairs (the last one possibly smaller), each walked longest tile
+      // first: position r of a group is query tile num_m_blocks - 1 - r / in_group of pair
+      // r % in_group.
+      int group, r;
+      by_pairs_per_group.divmod(tile, group, r);
+      const int left = heads * batch - group * group_heads;
+      const FastDiv& in_group = group_heads < left ? by_group_heads : by_last_group;
+      int row, pair;
+      in_group.divmod(r, row, pair);
+      m_block = num_m_blocks - 1 - row;
+      bh = group * group_heads + pair;
+    }
+    int b, h;
+    by_heads.divmod(bh, b, h);
+    return {m_block, h, b};
+  }
+
+  // The KV head query head `head` reads (GQA / MQA).
+  __host__ __device__ __forceinline__ int kv_head(int head) const { return by_kv_group.div(head); }
+
+  // coord() and kv_head() with the hardware's division, for kernels with no register to spare
+  // for the divisors (d 256 spilled 24-64 bytes in its epilogue with them).
+  __host__ __device__ __forceinline__ TileCoord coord_divide(int tile) const {
+    int m_block, bh;
+    if (group_heads == 0) {
       m_block = tile % num_m_blocks;
       bh = tile / num_m_blocks;
     } else {
       const int per_group = group_heads * num_m_blocks;
       const int group = tile / per_group, r = tile % per_group;
-      const int pairs = heads * batch;
-      const int left = pairs - group * group_heads;
+      const int left = heads * batch - group * group_heads;
       const int in_group = group_heads < left ? group_heads : left;
       m_block = num_m_blocks - 1 - r / in_group;
       bh = group * group_heads + r % in_group;
     }
     return {m_block, bh % heads, bh / heads};
+  }
+  __host__ __device__ __forceinline__ int kv_head_divide(int head) const {
+    return head / by_kv_group.divisor;
   }
 };
 
