@@ -43,12 +43,16 @@ using SmemAtomK = std::conditional_t<
 // K, V: (keys, dim, stage)). Global tensors are (token, dim, head, batch) with a unit dim stride;
 // packed (varlen) tensors are one batch of total tokens, a tile's sequence start a coordinate
 // offset. Tile* are the boxes one copy moves.
+using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+template <class Element>
+using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
+                                        GmemShape{}, GmemStride{}));
+
 template <class Element, class LayoutQ, class LayoutK, class LayoutV>
 struct TmaCopies {
-  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
-                                          GmemShape{}, GmemStride{}));
+  using GmemShape = fa3::GmemShape;
+  using GmemTensor = fa3::GmemTensor<Element>;
   using TileQ = decltype(product_each(shape(LayoutQ{})));
   using TileK = decltype(product_each(shape(take<0, 2>(LayoutK{}))));
   using TileV = decltype(product_each(shape(take<0, 2>(LayoutV{}))));
@@ -57,6 +61,14 @@ struct TmaCopies {
       decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(LayoutK{}), TileK{}, _1{}));
   using TmaV =
       decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(LayoutV{}), TileV{}, _1{}));
+};
+
+// The TMA store of O: one consumer warpgroup's 64 rows (LayoutOWG: (rows, dv)) per copy.
+template <class Element, class LayoutOWG>
+struct TmaStoreO {
+  using GmemTensor = fa3::GmemTensor<Element>;
+  using Tile = decltype(product_each(shape(LayoutOWG{})));
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensor{}, LayoutOWG{}, Tile{}, _1{}));
 };
 
 template <class Element_, int kHeadDim_, int kHeadDimV_, Stage kStage_>
@@ -102,8 +114,12 @@ struct Config {
   using SmemLayoutVt = decltype(composition(
       SmemLayoutV{},
       make_ordered_layout(Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  // O's staging buffer, swizzle atoms laid out row block by row block, so that each consumer
+  // warpgroup's 64 rows are one contiguous SmemLayoutOWG: the box of its TMA store.
   using SmemLayoutO = decltype(tile_to_shape(SmemAtomK<Element, kHeadDimV>{},
-                                             Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+                                             Shape<Int<kBlockM>, Int<kHeadDimV>>{}, Step<_2, _1>{}));
+  using SmemLayoutOWG = decltype(tile_to_shape(SmemAtomK<Element, kHeadDimV>{},
+                                               Shape<_64, Int<kHeadDimV>>{}, Step<_2, _1>{}));
 
   static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);  // one stage
@@ -144,6 +160,12 @@ struct Config {
   static_assert(kSmemBytes <= kSmemOptin, "tile plan exceeds Hopper shared memory");
 
   using Tma = TmaCopies<Element, SmemLayoutQ, SmemLayoutK, SmemLayoutV>;
+  // O leaves by TMA store unless it is staged in Q's buffer (then Q's refill waits for the
+  // stores: they stay plain, done before the warpgroup releases the buffer). Variable-length
+  // batches store plainly too (Params::tma_o unused): a box at a sequence's end would overwrite
+  // the next sequence's first rows.
+  static constexpr bool kTmaStoreO = !kOInQ;
+  using TmaO = typename TmaStoreO<Element, SmemLayoutOWG>::TmaO;
 };
 
 }  // namespace flashattn::fa3

@@ -21,6 +21,7 @@ struct Epilogue {
   static constexpr int kChunksPerRow = C::kHeadDimV / 8;  // 16-byte chunks
   static constexpr int kRowsPerWG = 64;
 
+  const Params<C>& params;  // the TMA store's descriptor and O's shape
   const Problem& p;
 
   // The thread's index among the consumers, read afresh from %tid.x: the epilogue's row and
@@ -52,22 +53,50 @@ struct Epilogue {
     auto thr_pv = mma_pv.get_thread_slice(ctid);
     Element* staging = C::kOInQ ? ss.q.data() : ss.o.data();
     Tensor sO = make_tensor(make_smem_ptr(staging), typename C::SmemLayoutO{});
-    named_barrier_sync(kEpilogueWG0 + wg, 128);  // the last tile's reads of these rows are done
+    const int wtid = ctid % 128;
+    // The warpgroup's rows may be rewritten once the last tile's reads of them are done: its
+    // TMA store's (waited for by the thread that issued it) or its threads' own.
+    if constexpr (C::kTmaStoreO) {
+      if (wtid == 0) tma_store_wait<0>();
+    }
+    named_barrier_sync(kEpilogueWG0 + wg, 128);
     FA_TL(1 + wg, kEpiBar1);
     copy(rO, thr_pv.partition_C(sO));
-    named_barrier_sync(kEpilogueWG0 + wg, 128);  // every row of the warpgroup is written
+    if constexpr (C::kTmaStoreO) tma_store_fence();  // the writes, visible to the TMA unit
+    named_barrier_sync(kEpilogueWG0 + wg, 128);      // every row of the warpgroup is written
     FA_TL(1 + wg, kEpiStaged);
 
-    Element* out = out_rows(w);
-    const int64_t row_stride = p.o_stride[1];
-    const int wtid = ctid % 128;
+    bool stored = false;
+    if constexpr (C::kTmaStoreO) {
+      // One TMA store of the warpgroup's 64 rows; rows past the sequence's end are clipped by
+      // the tensor's bounds. Left in flight: the next tile's epilogue waits for it (above).
+      if (p.cu_seqlens_q == nullptr) {
+        if (wtid == 0) {
+          Tensor mO = params.tma_o.get_tma_tensor(params.shape_o);
+          Tensor gO = local_tile(mO(_, _, w.c.head, w.c.batch),
+                                 Shape<_64, Int<C::kHeadDimV>>{},
+                                 make_coord(w.c.m_block * C::kConsumerWarpGroups + wg, _0{}));
+          Tensor sOwg = make_tensor(make_smem_ptr(staging + wg * kRowsPerWG * C::kHeadDimV),
+                                    typename C::SmemLayoutOWG{});
+          auto [dst, src] = tma_partition(params.tma_o, _0{}, Layout<_1>{},
+                                          group_modes<0, 2>(sOwg), group_modes<0, 2>(gO));
+          copy(params.tma_o, src, dst);
+          tma_store_arrive();
+        }
+        stored = true;
+      }
+    }
+    if (!stored) {
+      Element* out = out_rows(w);
+      const int64_t row_stride = p.o_stride[1];
 #pragma unroll
-    for (int i = wtid; i < kRowsPerWG * kChunksPerRow; i += 128) {
-      const int r = kRowsPerWG * wg + i / kChunksPerRow, col = i % kChunksPerRow * 8;
-      const int row = w.row0 + r;
-      if (row < w.seq.len_q) {
-        *reinterpret_cast<uint4*>(out + row * row_stride + col) =
-            *reinterpret_cast<const uint4*>(&sO(r, col));
+      for (int i = wtid; i < kRowsPerWG * kChunksPerRow; i += 128) {
+        const int r = kRowsPerWG * wg + i / kChunksPerRow, col = i % kChunksPerRow * 8;
+        const int row = w.row0 + r;
+        if (row < w.seq.len_q) {
+          *reinterpret_cast<uint4*>(out + row * row_stride + col) =
+              *reinterpret_cast<const uint4*>(&sO(r, col));
+        }
       }
     }
     FA_TL(1 + wg, kEpiStored);
@@ -81,6 +110,14 @@ struct Epilogue {
         const int row = w.row0 + get<0>(coords(r, 0));
         if (row < w.seq.len_q) p.lse[w.seq.lse_offset + row] = lse[r];
       }
+    }
+  }
+
+  // Before the block exits: its TMA stores must have read their shared memory (and the thread
+  // that issued them waits for them to complete).
+  __device__ __forceinline__ void finish() const {
+    if constexpr (C::kTmaStoreO) {
+      if (consumer_tid() % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
   }
 

@@ -74,6 +74,12 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
   params.shape_q = q.shape();
   params.shape_k = k.shape();
   params.shape_v = v.shape();
+  if constexpr (C::kTmaStoreO) {
+    auto o = gmem_tensor<C>(p.o, tokens_q, kHeadDimV, p.heads_q, batch, p.o_stride);
+    params.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename C::SmemLayoutOWG{},
+                                 product_each(shape(typename C::SmemLayoutOWG{})), _1{});
+    params.shape_o = o.shape();
+  }
   params.softmax = softmax_options();
   params.tile_counter = nullptr;
 

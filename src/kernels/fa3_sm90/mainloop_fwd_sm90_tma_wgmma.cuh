@@ -21,6 +21,15 @@
 
 namespace flashattn::fa3 {
 
+template <class C, bool = C::kTmaStoreO>
+struct TmaOSlot {
+  struct type {};
+};
+template <class C>
+struct TmaOSlot<C, true> {
+  using type = typename C::TmaO;
+};
+
 // Kernel parameters: the validated problem plus the TMA descriptors built on the host.
 template <class C>
 struct Params {
@@ -29,6 +38,9 @@ struct Params {
   typename C::Tma::TmaK tma_k;
   typename C::Tma::TmaV tma_v;
   typename C::Tma::GmemShape shape_q, shape_k, shape_v;  // (tokens, dim, heads, batch)
+  // O's TMA store (C::kTmaStoreO; an empty placeholder otherwise).
+  typename TmaOSlot<C>::type tma_o;
+  typename C::Tma::GmemShape shape_o;
   TileScheduler scheduler;
   SoftmaxOptions softmax;
   // K6 with uneven tiles (causal, window, varlen): after its first tile (blockIdx.x) a block
@@ -113,6 +125,7 @@ struct Loader {
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    if constexpr (C::kTmaStoreO) cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
   }
 
   __device__ __forceinline__ int batch_index(const TileWork& w) const {
