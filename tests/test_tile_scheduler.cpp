@@ -122,11 +122,11 @@ TEST(TileScheduler, CoordMatchesPlainDivision) {
           ASSERT_EQ(c.head, bh % heads) << t;
           ASSERT_EQ(c.batch, bh / heads) << t;
           ASSERT_EQ(s.kv_head(c.head), c.head / kv_group) << t;
-          const TileCoord d = s.coord_divide(t);
+          const TileCoord d = s.coord<false>(t);
           ASSERT_EQ(d.m_block, c.m_block) << t;
           ASSERT_EQ(d.head, c.head) << t;
           ASSERT_EQ(d.batch, c.batch) << t;
-          ASSERT_EQ(s.kv_head_divide(c.head), s.kv_head(c.head)) << t;
+          ASSERT_EQ(s.kv_head<false>(c.head), s.kv_head(c.head)) << t;
         }
       }
     }

@@ -43,6 +43,22 @@ struct FastDiv {
     quotient = div(n);
     remainder = n - quotient * divisor;
   }
+
+  // kFast = false: the same by the hardware's division (for kernels with no register to spare
+  // for the multiplier and shift).
+  template <bool kFast>
+  FA_FD_HD int div_by(int n) const {
+    if constexpr (kFast) {
+      return div(n);
+    } else {
+      return n / divisor;
+    }
+  }
+  template <bool kFast>
+  FA_FD_HD void divmod_by(int n, int& quotient, int& remainder) const {
+    quotient = div_by<kFast>(n);
+    remainder = n - quotient * divisor;
+  }
 };
 
 }  // namespace flashattn

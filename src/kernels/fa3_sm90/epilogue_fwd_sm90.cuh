@@ -21,8 +21,7 @@ struct Epilogue {
   static constexpr int kChunksPerRow = C::kHeadDimV / 8;  // 16-byte chunks
   static constexpr int kRowsPerWG = 64;
 
-  const Params<C>& params;  // the TMA store's descriptor and O's shape
-  const Problem& p;
+  const Params<C>& params;  // the problem, and the TMA store's descriptor and O's shape
 
   // The thread's index among the consumers, read afresh from %tid.x: the epilogue's row and
   // column offsets derive from it, and a plain threadIdx.x let the compiler hoist them to kernel
@@ -34,13 +33,14 @@ struct Epilogue {
   }
 
   __device__ __forceinline__ Element* out_rows(const TileWork& w) const {
-    return static_cast<Element*>(p.o) + w.seq.o_offset;
+    return static_cast<Element*>(params.p.o) + w.seq.o_offset;
   }
 
   template <class FragO>
   __device__ __forceinline__ void store(SharedStorage& ss, const TileWork& w, FragO& tOrO,
                                         typename Consumer<C>::Softmax& softmax,
                                         const typename C::TiledMmaPV& mma_pv) const {
+    const Problem& p = params.p;
     const int ctid = consumer_tid(), wg = ctid / 128;
     float inv[2], lse[2];
     softmax.finalize(inv, lse);
@@ -123,6 +123,7 @@ struct Epilogue {
 
   // A tile no key is visible to: O = 0 and LSE = -inf, written without touching shared memory.
   __device__ __forceinline__ void store_empty(const TileWork& w) const {
+    const Problem& p = params.p;
     const int ctid = consumer_tid();
     Element* out = out_rows(w);
     const int64_t row_stride = p.o_stride[1];

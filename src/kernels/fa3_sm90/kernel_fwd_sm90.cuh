@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
 
   const int ctid = threadIdx.x - (C::kWarpSpecialized ? 128 : 0);
   Consumer<C> consumer{{}, {}, params.p, params.softmax, ctid, ctid / 128};
-  const Epilogue<C> epilogue{params, params.p};
+  const Epilogue<C> epilogue{params};
   // Ping-pong: warpgroup 0 issues first; warpgroup 1's standing arrival lets it.
   if constexpr (C::kPingpong) {
     if (consumer.wg == 1) named_barrier_arrive(kPingpongWG0, 2 * 128);

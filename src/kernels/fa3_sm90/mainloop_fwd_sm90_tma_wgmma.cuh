@@ -75,9 +75,8 @@ template <class C>
 __device__ __forceinline__ TileWork tile_work(const Params<C>& params, int tile) {
   const Problem& p = params.p;
   TileWork w;
-  w.c = C::kFastDivide ? params.scheduler.coord(tile) : params.scheduler.coord_divide(tile);
-  w.h_kv = C::kFastDivide ? params.scheduler.kv_head(w.c.head)
-                          : params.scheduler.kv_head_divide(w.c.head);
+  w.c = params.scheduler.template coord<C::kFastDivide>(tile);
+  w.h_kv = params.scheduler.template kv_head<C::kFastDivide>(w.c.head);
   w.seq = sequence_view(p, w.c.batch, w.c.head, w.h_kv);
   w.mask = Mask{w.seq.len_q, w.seq.len_k, p.mask.left, p.mask.right};
   w.row0 = w.c.m_block * C::kBlockM;

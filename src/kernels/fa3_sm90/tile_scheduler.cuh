@@ -62,50 +62,35 @@ struct TileScheduler {
     return round * blocks + ((round & 1) ? blocks - 1 - block : block);
   }
 
+  // kFast = false divides with the hardware instead, for kernels with no register to spare for
+  // the divisors (d 256 spilled 24-64 bytes in its epilogue with them).
+  template <bool kFast = true>
   __host__ __device__ __forceinline__ TileCoord coord(int tile) const {
     int m_block, bh;
     if (group_heads == 0) {
-      by_m_blocks.divmod(tile, bh, m_block);
+      by_m_blocks.divmod_by<kFast>(tile, bh, m_block);
     } else {
       // Groups of group_heads pairs (the last one possibly smaller), each walked longest tile
       // first: position r of a group is query tile num_m_blocks - 1 - r / in_group of pair
       // r % in_group.
       int group, r;
-      by_pairs_per_group.divmod(tile, group, r);
+      by_pairs_per_group.divmod_by<kFast>(tile, group, r);
       const int left = heads * batch - group * group_heads;
       const FastDiv& in_group = group_heads < left ? by_group_heads : by_last_group;
       int row, pair;
-      in_group.divmod(r, row, pair);
+      in_group.divmod_by<kFast>(r, row, pair);
       m_block = num_m_blocks - 1 - row;
       bh = group * group_heads + pair;
     }
     int b, h;
-    by_heads.divmod(bh, b, h);
+    by_heads.divmod_by<kFast>(bh, b, h);
     return {m_block, h, b};
   }
 
   // The KV head query head `head` reads (GQA / MQA).
-  __host__ __device__ __forceinline__ int kv_head(int head) const { return by_kv_group.div(head); }
-
-  // coord() and kv_head() with the hardware's division, for kernels with no register to spare
-  // for the divisors (d 256 spilled 24-64 bytes in its epilogue with them).
-  __host__ __device__ __forceinline__ TileCoord coord_divide(int tile) const {
-    int m_block, bh;
-    if (group_heads == 0) {
-      m_block = tile % num_m_blocks;
-      bh = tile / num_m_blocks;
-    } else {
-      const int per_group = group_heads * num_m_blocks;
-      const int group = tile / per_group, r = tile % per_group;
-      const int left = heads * batch - group * group_heads;
-      const int in_group = group_heads < left ? group_heads : left;
-      m_block = num_m_blocks - 1 - r / in_group;
-      bh = group * group_heads + r % in_group;
-    }
-    return {m_block, bh % heads, bh / heads};
-  }
-  __host__ __device__ __forceinline__ int kv_head_divide(int head) const {
-    return head / by_kv_group.divisor;
+  template <bool kFast = true>
+  __host__ __device__ __forceinline__ int kv_head(int head) const {
+    return by_kv_group.div_by<kFast>(head);
   }
 };
 
