@@ -66,11 +66,10 @@ struct Epilogue {
     named_barrier_sync(kEpilogueWG0 + wg, 128);      // every row of the warpgroup is written
     FA_TL(1 + wg, kEpiStaged);
 
-    bool stored = false;
-    if constexpr (C::kTmaStoreO) {
-      // One TMA store of the warpgroup's 64 rows; rows past the sequence's end are clipped by
-      // the tensor's bounds. Left in flight: the next tile's epilogue waits for it (above).
-      if (p.cu_seqlens_q == nullptr) {
+    // One TMA store of the warpgroup's 64 rows; rows past the sequence's end are clipped by the
+    // tensor's bounds. Left in flight: the next tile's epilogue waits for it (above).
+    if (C::kTmaStoreO && p.cu_seqlens_q == nullptr) {
+      if constexpr (C::kTmaStoreO) {
         if (wtid == 0) {
           Tensor mO = params.tma_o.get_tma_tensor(params.shape_o);
           Tensor gO = local_tile(mO(_, _, w.c.head, w.c.batch),
@@ -83,10 +82,8 @@ struct Epilogue {
           copy(params.tma_o, src, dst);
           tma_store_arrive();
         }
-        stored = true;
       }
-    }
-    if (!stored) {
+    } else {
       Element* out = out_rows(w);
       const int64_t row_stride = p.o_stride[1];
 #pragma unroll
