@@ -336,12 +336,17 @@ struct Consumer {
       prepare_scores(s, coords, w, n);
       const bool rescale = softmax.step(s, factor, opt);
       FA_TL(1 + wg, kSoftmax);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tOrO);
+      if (rescale) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+        scale_rows(o, factor);
+      } else {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+      }
       FA_TL(1 + wg, kPV);
       pipe_v.consumer_release(state_v);
       ++state_v;
-      if (rescale) scale_rows(o, factor);
       convert_into(tSrS, rP);
     }
 
