@@ -25,11 +25,9 @@ using namespace cute;
 //       inside each warpgroup, and a persistent, longest-first tile scheduler.
 enum class Stage { k4, k5, k6 };
 
-// Warp roles of the warp-specialized stages and their registers per thread (setmaxnreg): the
-// producer gives up what the consumers need for S, P and O. 24 + 2 x 240 = 504 of 512 per lane.
+// Warp roles of the warp-specialized stages. Registers per thread (setmaxnreg) are per config
+// (Config::kProducerRegs, kConsumerRegs): the producer gives up what the consumers need.
 enum class Role { producer, consumer };
-inline constexpr int kProducerRegs = 24;
-inline constexpr int kConsumerRegs = 240;
 
 // K-major shared-memory atom for rows of kCols 16-bit elements: the widest swizzle whose span
 // divides the row (128-byte swizzle needs rows of a multiple of 64 elements).
@@ -89,6 +87,12 @@ struct Config {
   static constexpr int kConsumerWarpGroups = kBlockM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
+  static_assert(kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3, "2 or 3 consumer warpgroups");
+  // Registers per thread of the warp-specialized stages (setmaxnreg, multiples of 8): a block's
+  // 65536 are 512 per thread index of a warpgroup, shared by the producer and the consumers:
+  // 24 + 2 x 240 = 504, 24 + 3 x 160 = 504.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumerWarpGroups == 2 ? 240 : 160;
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDimV>, Int<kBlockN>>;
@@ -114,12 +118,15 @@ struct Config {
   using SmemLayoutVt = decltype(composition(
       SmemLayoutV{},
       make_ordered_layout(Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  // O's staging buffer, swizzle atoms laid out row block by row block, so that each consumer
-  // warpgroup's 64 rows are one contiguous SmemLayoutOWG: the box of its TMA store.
-  using SmemLayoutO = decltype(tile_to_shape(SmemAtomK<Element, kHeadDimV>{},
-                                             Shape<Int<kBlockM>, Int<kHeadDimV>>{}, Step<_2, _1>{}));
+  // O's staging buffer: one block of 64 rows per consumer warpgroup, each laid out like a K-major
+  // operand (swizzle atoms down the rows first), so that a warpgroup's rows are one contiguous
+  // SmemLayoutOWG and its TMA store moves them in dv / 64 boxes of 64 rows x 64 columns. (Atoms
+  // laid out along the rows first made CuTe issue one store per 8 x 64 atom: 16 TMA
+  // instructions per warpgroup at dv 128, ~1100 cycles of the epilogue on the timeline.)
   using SmemLayoutOWG = decltype(tile_to_shape(SmemAtomK<Element, kHeadDimV>{},
-                                               Shape<_64, Int<kHeadDimV>>{}, Step<_2, _1>{}));
+                                               Shape<_64, Int<kHeadDimV>>{}));
+  using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWG{},
+                                             Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
 
   static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);  // one stage

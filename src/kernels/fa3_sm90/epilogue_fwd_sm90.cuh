@@ -5,6 +5,7 @@
 // reads and the two warpgroups never wait for each other here.
 #pragma once
 
+#include <cute/atom/copy_traits_sm90.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -61,7 +62,10 @@ struct Epilogue {
     }
     named_barrier_sync(kEpilogueWG0 + wg, 128);
     FA_TL(1 + wg, kEpiBar1);
-    copy(rO, thr_pv.partition_C(sO));
+    // stmatrix: four 8 x 8 tiles per instruction, straight from the accumulator's layout.
+    auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+    auto thr_stsm = stsm.get_thread_slice(ctid);
+    copy(stsm, thr_stsm.retile_S(rO), thr_stsm.partition_D(sO));
     if constexpr (C::kTmaStoreO) tma_store_fence();  // the writes, visible to the TMA unit
     named_barrier_sync(kEpilogueWG0 + wg, 128);      // every row of the warpgroup is written
     FA_TL(1 + wg, kEpiStaged);

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   const int grid_blocks = C::kPersistent ? gridDim.x : num_tiles;
   if constexpr (C::kWarpSpecialized) {
     if (producer) {
-      cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+      cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
       if (threadIdx.x != 0) return;
       // One thread announces the block's tiles, each through ss.tile with q_full (Q's TMA, or a
       // plain arrival for a tile with nothing to load), and fills the K/V ring. The tile after
@@ -100,15 +100,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
         tile = load_tile_slot(&ss.next_tile);
       }
     }
-    cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+    cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
   }
 
   const int ctid = threadIdx.x - (C::kWarpSpecialized ? 128 : 0);
   Consumer<C> consumer{{}, {}, params.p, params.softmax, ctid, ctid / 128};
   const Epilogue<C> epilogue{params};
-  // Ping-pong: warpgroup 0 issues first; warpgroup 1's standing arrival lets it.
+  // Ping-pong: the warpgroups issue their GEMMs in turn, 0, 1, (2,) 0, ...: each waits on its
+  // own barrier and then arrives on the next one's. Warpgroup 0 goes first: the last one's
+  // standing arrival lets it.
   if constexpr (C::kPingpong) {
-    if (consumer.wg == 1) named_barrier_arrive(kPingpongWG0, 2 * 128);
+    if (consumer.wg == C::kConsumerWarpGroups - 1) named_barrier_arrive(kPingpongWG0, 2 * 128);
   }
   PipelineState state;
   PipelineState load_state = cutlass::make_producer_start_state<PipelineKV>();  // K4 only

@@ -52,10 +52,8 @@ struct Params {
 
 // Barrier ids (bar.sync): 0 is __syncthreads.
 enum Barrier : int {
-  kPingpongWG0 = 1,   // consumer warpgroup 0 may issue its GEMMs
-  kPingpongWG1 = 2,   // consumer warpgroup 1 may issue its GEMMs
-  kEpilogueWG0 = 3,   // a warpgroup's rows of the O staging buffer are written / read
-  kEpilogueWG1 = 4,
+  kPingpongWG0 = 1,   // + w: consumer warpgroup w may issue its GEMMs (w < 3)
+  kEpilogueWG0 = 4,   // + w: warpgroup w's rows of the O staging buffer are written / read
 };
 
 // What one tile is: its coordinates, its sequence, and the key blocks [n_min, n_max) it visits
@@ -214,7 +212,9 @@ struct Consumer {
     if constexpr (C::kPingpong) named_barrier_sync(kPingpongWG0 + wg, 2 * 128);
   }
   __device__ __forceinline__ void pingpong_arrive() const {
-    if constexpr (C::kPingpong) named_barrier_arrive(kPingpongWG0 + (1 - wg), 2 * 128);
+    if constexpr (C::kPingpong) {
+      named_barrier_arrive(kPingpongWG0 + (wg + 1) % C::kConsumerWarpGroups, 2 * 128);
+    }
   }
 
   // S of key block n, fresh from Q·Kᵀ: sign flipped for a negative scale, then masked where

@@ -91,27 +91,31 @@ struct SoftmaxOptions {
 };
 inline constexpr float kRescaleSlack = 8.f;
 // One exponential in kExp2EmulationPeriod by exp2_poly on the FMA pipe instead of MUFU; 0 = none.
-// Off: with every fourth emulated, K6 lost 5-11 % on every head dim (the H100's MUFU keeps up with
-// its tensor cores; FA4 needs this on Blackwell, whose tensor cores outrun MUFU). A compile-time
-// constant since: a run-time branch kept both loops and their registers in every kernel.
-inline constexpr int kExp2EmulationPeriod = 0;
+// A compile-time constant (a run-time branch kept both loops and their registers in every
+// kernel); -DFLASHATTN_EXP2_EMULATION_PERIOD=N builds the ablation. docs/PERF.md has the
+// measurements: MUFU.EX2 issues one warp instruction per 8 cycles per SM partition (16 per SM
+// per cycle), the softmax's largest single cost on the H100.
+#ifndef FLASHATTN_EXP2_EMULATION_PERIOD
+#define FLASHATTN_EXP2_EMULATION_PERIOD 0
+#endif
+inline constexpr int kExp2EmulationPeriod = FLASHATTN_EXP2_EMULATION_PERIOD;
 
-// 2^x on the FMA pipe: x = j + f with j = round(x), f in [-1/2, 1/2]; 2^f by its degree-4 Taylor
-// polynomial (relative error < 5e-5, under fp16's rounding of P), 2^j added to the exponent
-// bits. Adding 1.5·2^23 rounds x to an integer held in the low mantissa bits, whose shift by 23
-// is j in the exponent field (two's complement, so negative j works). Exact 0 below -126, as
-// masked (-inf) scores need.
+// 2^x on the FMA pipe in 9 instructions: x = j + f with j = round(x), f in [-1/2, 1/2]; 2^f by a
+// degree-3 polynomial with p(0) = 1 exactly, fitted for relative error (< 1.02e-4, under fp16's
+// half ulp, 2.4e-4, and bf16's), 2^j added to the exponent bits. Adding 1.5·2^23 rounds x to an
+// integer held in the low mantissa bits, whose shift by 23 is j in the exponent field (two's
+// complement, so negative j works). x is clamped at -127, where f = 0 and p = 1 give +0 exactly,
+// as masked (-inf) scores need; j = -127 only ever meets f >= 0, p >= 1, so the exponent field
+// never wraps.
 __device__ __forceinline__ float exp2_poly(float x) {
   constexpr float kRound = 12582912.f;
   const float xc = fmaxf(x, -127.f);
   const float t = xc + kRound;
   const float f = xc - (t - kRound);
-  float p = fmaf(0.0096181291f, f, 0.0555041087f);
-  p = fmaf(p, f, 0.2402265070f);
-  p = fmaf(p, f, 0.6931471806f);
+  float p = fmaf(0.05500892f, f, 0.24221098f);
+  p = fmaf(p, f, 0.69328290f);
   p = fmaf(p, f, 1.f);
-  const float r = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-  return x < -126.f ? 0.f : r;
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
 // Independent partial chains per row reduction (OnlineSoftmax::step) and their pairwise merge.

@@ -16,7 +16,7 @@ struct TileSize {
 // Registers per consumer thread (two consumer warpgroups at 240 registers each): S is block_n / 2
 // fp32, O is dv / 2 fp32, P is block_n / 4.
 constexpr TileSize tile_size(int head_dim, int head_dim_v) {
-  if (head_dim <= 64) return {128, 128, 2};
+  if (head_dim <= 64) return {192, 128, 2};
   if (head_dim <= 128) return {128, 128, 2};
   // d 192: 96 keys spilled 4 bytes (S 48 + P 24 + O 96 fp32 registers of 240); 80 fits.
   if (head_dim <= 192) return {128, head_dim_v <= 128 ? 112 : 80, 2};
