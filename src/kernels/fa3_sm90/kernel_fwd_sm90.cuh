@@ -122,11 +122,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
       return;
     }
     // K4: thread 0 refills a stage as soon as it is released.
-    const int blocks = w.n_max - w.n_min;
     auto refill = [&](int visited) {
       if constexpr (!C::kWarpSpecialized) {
         const int next = visited + C::kStages;
-        if (threadIdx.x == 0 && next < blocks) {
+        if (threadIdx.x == 0 && next < w.n_max - w.n_min) {
           loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - next);
           ++load_state;
         }
