@@ -4,12 +4,20 @@
 #   - ptxas spilled registers or reports wgmma serialized / setmaxnreg ignored ("Potential
 #     Performance Loss"), or
 #   - a tensor-core kernel instantiation (inst/k4_*..k6_*) has no wgmma.mma_async in its PTX, or a
-#     warp-specialized one (k5_*, k6_*) no setmaxnreg.
+#     warp-specialized one (k5_*, k6_*) no setmaxnreg, or
+#   - in a K6 object, the softmax is not between the mainloop's two wgmma waits (no MUFU.EX2
+#     between `WARPGROUP.DEPBAR.LE gsb0, 0x1` and the next `0x0`): ptxas once hoisted P·V's wait
+#     above the softmax in every K6 kernel and the intra-warpgroup overlap was silently lost. This
+#     check reads the SASS, so it needs cuobjdump ($FLASHATTN_CUOBJDUMP, on PATH, in
+#     $CUDA_HOME/bin, or the one scripts/install_deps.sh puts in .deps/); without one it says it
+#     was skipped.
 # So CI, which has no GPU, still proves the Hopper kernels were built as Hopper kernels.
 set -uo pipefail
-src=""
+src="" obj="" prev=""
 for arg in "$@"; do
   case "$arg" in *.cu) src="$arg" ;; esac
+  [ "$prev" = "-o" ] && obj="$arg"
+  prev="$arg"
 done
 keep=$(mktemp -d)
 trap 'rm -rf "$keep"' EXIT
@@ -38,6 +46,26 @@ case "$src" in
     esac
     case "$(basename "$src")" in
       k5_* | k6_*) grep -q "setmaxnreg" "$ptx" || fail "no setmaxnreg in the PTX" ;;
+    esac
+    case "$(basename "$src")" in
+      k6_*)
+        dump=${FLASHATTN_CUOBJDUMP:-$(command -v cuobjdump || true)}
+        for c in "${CUDA_HOME:-/usr/local/cuda}/bin/cuobjdump" \
+          "$(dirname "$0")/../.deps/cuobjdump/nvidia/cu13/bin/cuobjdump"; do
+          [ -n "$dump" ] || [ ! -x "$c" ] || dump=$c
+        done
+        if [ -n "$dump" ] && [ -n "$obj" ]; then
+          windows=$(PATH="$(dirname "$dump"):$PATH" "$dump" -sass "$obj" | awk '
+            /WARPGROUP.DEPBAR.LE gsb0, 0x1/ { open = 1; n = 0; next }
+            open && /MUFU.EX2/ { n++ }
+            open && /WARPGROUP.DEPBAR.LE gsb0, 0x0/ { print n; open = 0 }')
+          [ -n "$windows" ] || fail "no wgmma wait window found in the SASS"
+          ! grep -qx 0 <<<"$windows" ||
+            fail "no MUFU.EX2 between the mainloop's wgmma waits: the softmax does not overlap P·V"
+        else
+          echo "hopper compile check: $src: overlap (SASS) check skipped: no cuobjdump" >&2
+        fi
+        ;;
     esac
     ;;
 esac

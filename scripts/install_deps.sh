@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine lacks to build flashattn: CMake, Ninja, a C++20
-# compiler, GoogleTest (Debian packages) and the CuTe/CUTLASS 4.2 headers (PyPI, into .deps/,
-# never committed); and, for the Python package's tests, torch, pytest, numpy, scikit-build-core
+# compiler, GoogleTest (Debian packages), the CuTe/CUTLASS 4.2 headers and cuobjdump (PyPI, into
+# .deps/, never committed); and, for the Python package's tests, torch, pytest, numpy, scikit-build-core
 # and matplotlib (PyPI; torch 2.11 is ~3 GB with its CUDA libraries and runs on CPU-only machines
 # too; FLASHATTN_NO_PYTHON_DEPS=1 skips them). The CUDA toolkit (nvcc 13) must already be installed.
 set -euo pipefail
@@ -28,6 +28,16 @@ command -v nvcc >/dev/null || { echo "install_deps: nvcc (CUDA toolkit 13) not f
 if [ ! -f .deps/cutlass/cutlass_library/source/include/cute/tensor.hpp ]; then
   echo "install_deps: fetching CuTe/CUTLASS 4.2 headers into .deps/cutlass"
   python3 -m pip install -q --no-deps --target .deps/cutlass nvidia-cutlass==4.2.0.0
+fi
+
+# cuobjdump, for the SASS check of cmake/hopper_compile_check.sh (the softmax must sit between
+# K6's wgmma waits), unless the toolkit has one: PyPI, into .deps/ (never committed).
+if ! command -v cuobjdump >/dev/null && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
+  [ ! -x .deps/cuobjdump/nvidia/cu13/bin/nvdisasm ]; then
+  echo "install_deps: fetching cuobjdump into .deps/cuobjdump"
+  python3 -m pip install -q --no-deps --target .deps/cuobjdump nvidia-cuda-cuobjdump==13.5.37 \
+    nvidia-cuda-nvdisasm==13.5.37  # cuobjdump -sass runs nvdisasm
+  chmod +x .deps/cuobjdump/nvidia/cu13/bin/cuobjdump .deps/cuobjdump/nvidia/cu13/bin/nvdisasm
 fi
 
 # The Python test dependencies, unless present (torch >= 2.4, the oldest the package supports).
