@@ -5,7 +5,8 @@
 #   tests              GPU test suite (whole grid; the CPU suites run in CI)
 #   gtest:FILTER       the GPU test suite filtered (gtest --gtest_filter=FILTER)
 #   sanitize           compute-sanitizer memcheck/racecheck/synccheck on small shapes of each family
-#                      ($SANITIZE_KERNELS, default below; the Hopper ones need an sm_90 device)
+#                      ($SANITIZE_KERNELS, default below; the Hopper ones need an sm_90 device) at
+#                      each head dim of $SANITIZE_HDIMS (default 128)
 #   bench:ARGS         flashattn-bench with ARGS ('+' stands for a space) -> bench.log
 #   sweep:K1,K2,...    flashattn-bench --sweep standard for those kernels -> sweep.json
 #   peers:BACKENDS     bench/peers_sdpa.py on the standard grid -> peers.json
@@ -31,10 +32,12 @@ for step in "$@"; do
       log "compute-sanitizer"
       for tool in memcheck racecheck synccheck; do
         for k in ${SANITIZE_KERNELS:-k1 k2 fa2 k3 k4 k5 k6}; do
-          compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --kernel $k --batch 1 \
-            --heads 2 --kv-heads 1 --seqlen-q 113 --seqlen-k 203 --hdim 128 --causal --iters 1 \
-            --warmup 0 >> "$OUT/sanitize.log" 2>&1
-          echo "$tool $k rc=$?" | tee -a "$OUT/summary.txt"
+          for d in ${SANITIZE_HDIMS:-128}; do
+            compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --kernel $k \
+              --batch 1 --heads 2 --kv-heads 1 --seqlen-q 113 --seqlen-k 203 --hdim $d --causal \
+              --iters 1 --warmup 0 >> "$OUT/sanitize.log" 2>&1
+            echo "$tool $k d$d rc=$?" | tee -a "$OUT/summary.txt"
+          done
         done
       done
       ;;

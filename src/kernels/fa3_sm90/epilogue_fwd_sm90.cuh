@@ -1,8 +1,9 @@
 // The Hopper forward epilogue: O divided by l, rounded to the input type, staged through shared
-// memory (the swizzled layout keeps the fragment writes conflict-light) and written with 16-byte
-// stores of whole rows; rows past the sequence end are skipped. Each consumer warpgroup owns its
-// 64 rows of the staging buffer, so a warpgroup barrier (not a block barrier) orders writes and
-// reads and the two warpgroups never wait for each other here.
+// memory by stmatrix, then written by one TMA store per consumer warpgroup (its 64 rows; the
+// store clips rows past the sequence end) or, for variable-length batches and O staged in Q's
+// buffer, by 16-byte stores of whole rows. Each consumer warpgroup owns its 64 rows of the
+// staging buffer, so a warpgroup barrier (not a block barrier) orders writes and reads and the
+// warpgroups never wait for each other here.
 #pragma once
 
 #include <cute/atom/copy_traits_sm90.hpp>

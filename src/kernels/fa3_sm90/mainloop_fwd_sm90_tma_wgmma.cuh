@@ -336,6 +336,10 @@ struct Consumer {
       prepare_scores(s, coords, w, n);
       const bool rescale = softmax.step(s, factor, opt);
       FA_TL(1 + wg, kSoftmax);
+      // P·V's wait is in both branches on purpose: ptxas puts a wgmma wait, which reads no
+      // register, at the top of its basic block, so written before this branch it landed above
+      // the softmax and the overlap was lost in every K6 kernel. The branch starts a block after
+      // the softmax; cmake/hopper_compile_check.sh checks the SASS for it.
       if (rescale) {
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);

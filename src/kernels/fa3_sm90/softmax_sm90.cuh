@@ -11,6 +11,7 @@
 #include <cute/tensor.hpp>
 
 #include "common/convert.cuh"
+#include "common/exp2_poly.h"
 #include "common/mask.h"
 
 namespace flashattn::fa3 {
@@ -99,24 +100,6 @@ inline constexpr float kRescaleSlack = 8.f;
 #define FLASHATTN_EXP2_EMULATION_PERIOD 0
 #endif
 inline constexpr int kExp2EmulationPeriod = FLASHATTN_EXP2_EMULATION_PERIOD;
-
-// 2^x on the FMA pipe in 9 instructions: x = j + f with j = round(x), f in [-1/2, 1/2]; 2^f by a
-// degree-3 polynomial with p(0) = 1 exactly, fitted for relative error (< 1.02e-4, under fp16's
-// half ulp, 2.4e-4, and bf16's), 2^j added to the exponent bits. Adding 1.5·2^23 rounds x to an
-// integer held in the low mantissa bits, whose shift by 23 is j in the exponent field (two's
-// complement, so negative j works). x is clamped at -127, where f = 0 and p = 1 give +0 exactly,
-// as masked (-inf) scores need; j = -127 only ever meets f >= 0, p >= 1, so the exponent field
-// never wraps.
-__device__ __forceinline__ float exp2_poly(float x) {
-  constexpr float kRound = 12582912.f;
-  const float xc = fmaxf(x, -127.f);
-  const float t = xc + kRound;
-  const float f = xc - (t - kRound);
-  float p = fmaf(0.05500892f, f, 0.24221098f);
-  p = fmaf(p, f, 0.69328290f);
-  p = fmaf(p, f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
 
 // Independent partial chains per row reduction (OnlineSoftmax::step) and their pairwise merge.
 inline constexpr int kChains = 4;
