@@ -316,9 +316,29 @@ struct Consumer {
     prepare_scores(s, coords, w, n);
     softmax.step(s, factor, opt);  // O is still zero: nothing to rescale
     FA_TL(1 + wg, kSoftmax);
-    convert_into(tSrS, rP);
 
-    for (--n; n >= w.n_min; --n) {
+    // The loop is rotated: each pass first finishes the previous block (waits for its P·V,
+    // rescales O, converts P) and ends with the softmax of its own block. ptxas puts a wgmma
+    // wait, which reads no register, at the top of its basic block; with the wait after the
+    // softmax in one block it landed above the softmax and the overlap was lost in every K6
+    // kernel. At the head of the loop (and after its exit) the wait can only follow the
+    // softmax, under which P·V runs. cmake/hopper_compile_check.sh checks the SASS for it. (The
+    // wait in the two branches of the per-warp rescale vote also kept it below the softmax, but
+    // warps of one warpgroup then reached different wgmma.wait_group instructions: a sequence
+    // error under compute-sanitizer synccheck.)
+    bool rescale = false;
+    for (--n;; --n) {
+      warpgroup_wait<0>();  // the previous block's P·V (none before the first pass)
+      warpgroup_fence_operand(tOrO);
+      if (n < w.n_max - 2) {  // a P·V was issued: its V stage is free
+        FA_TL(1 + wg, kPV);
+        pipe_v.consumer_release(state_v);
+        ++state_v;
+      }
+      if (rescale) scale_rows(o, factor);
+      convert_into(tSrS, rP);
+      if (n < w.n_min) break;
+
       pipe_k.consumer_wait(state);
       FA_TL(1 + wg, kKWait);
       pingpong_sync();
@@ -334,24 +354,8 @@ struct Consumer {
       ++state;
       if (n == w.n_min) release_q(ss);
       prepare_scores(s, coords, w, n);
-      const bool rescale = softmax.step(s, factor, opt);
+      rescale = softmax.step(s, factor, opt);
       FA_TL(1 + wg, kSoftmax);
-      // P·V's wait is in both branches on purpose: ptxas puts a wgmma wait, which reads no
-      // register, at the top of its basic block, so written before this branch it landed above
-      // the softmax and the overlap was lost in every K6 kernel. The branch starts a block after
-      // the softmax; cmake/hopper_compile_check.sh checks the SASS for it.
-      if (rescale) {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tOrO);
-        scale_rows(o, factor);
-      } else {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tOrO);
-      }
-      FA_TL(1 + wg, kPV);
-      pipe_v.consumer_release(state_v);
-      ++state_v;
-      convert_into(tSrS, rP);
     }
 
     pipe_v.consumer_wait(state_v);
