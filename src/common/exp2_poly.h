@@ -7,15 +7,11 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define FA_E2_HD __host__ __device__ __forceinline__
-#else
-#define FA_E2_HD inline
-#endif
+#include "host_device.h"
 
 namespace flashattn {
 
-FA_E2_HD float exp2_poly_bits_to_float(std::int32_t i) {
+FA_HD float exp2_poly_bits_to_float(std::int32_t i) {
 #if defined(__CUDA_ARCH__)
   return __int_as_float(i);
 #else
@@ -25,7 +21,7 @@ FA_E2_HD float exp2_poly_bits_to_float(std::int32_t i) {
 #endif
 }
 
-FA_E2_HD std::int32_t exp2_poly_float_to_bits(float f) {
+FA_HD std::int32_t exp2_poly_float_to_bits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_int(f);
 #else
@@ -42,7 +38,7 @@ FA_E2_HD std::int32_t exp2_poly_float_to_bits(float f) {
 // works). x is clamped at -127, where f = 0 and p = 1 give +0 exactly, as masked (-inf) scores
 // need; j = -127 only ever meets f >= 0, p >= 1, so the exponent field never wraps. Meant for
 // x <= 0 (the softmax's exponents, at most its rescale slack above 0); x < 128 keeps it finite.
-FA_E2_HD float exp2_poly(float x) {
+FA_HD float exp2_poly(float x) {
   constexpr float kRound = 12582912.f;
   const float xc = std::fmax(x, -127.f);
   const float t = xc + kRound;

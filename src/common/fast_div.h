@@ -8,11 +8,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FA_FD_HD __host__ __device__ __forceinline__
-#else
-#define FA_FD_HD inline
-#endif
+#include "host_device.h"
 
 namespace flashattn {
 
@@ -30,7 +26,7 @@ struct FastDiv {
         1);
   }
 
-  FA_FD_HD int div(int n) const {
+  FA_HD int div(int n) const {
     const uint32_t u = static_cast<uint32_t>(n);
 #if defined(__CUDA_ARCH__)
     const uint32_t hi = __umulhi(u, multiplier);
@@ -39,7 +35,7 @@ struct FastDiv {
 #endif
     return static_cast<int>((hi + u) >> shift);  // hi <= u < 2^31: the sum does not wrap
   }
-  FA_FD_HD void divmod(int n, int& quotient, int& remainder) const {
+  FA_HD void divmod(int n, int& quotient, int& remainder) const {
     quotient = div(n);
     remainder = n - quotient * divisor;
   }
@@ -47,7 +43,7 @@ struct FastDiv {
   // kFast = false: the same by the hardware's division (for kernels with no register to spare
   // for the multiplier and shift).
   template <bool kFast>
-  FA_FD_HD int div_by(int n) const {
+  FA_HD int div_by(int n) const {
     if constexpr (kFast) {
       return div(n);
     } else {
@@ -55,11 +51,10 @@ struct FastDiv {
     }
   }
   template <bool kFast>
-  FA_FD_HD void divmod_by(int n, int& quotient, int& remainder) const {
+  FA_HD void divmod_by(int n, int& quotient, int& remainder) const {
     quotient = div_by<kFast>(n);
     remainder = n - quotient * divisor;
   }
 };
 
 }  // namespace flashattn
-#undef FA_FD_HD

@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FA_HD __host__ __device__ __forceinline__
-#else
-#define FA_HD inline
-#endif
+#include "host_device.h"
 
 namespace flashattn {
 
