@@ -118,31 +118,37 @@ struct Config {
   using SmemLayoutVt = decltype(composition(
       SmemLayoutV{},
       make_ordered_layout(Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  // O's staging buffer: one block of 64 rows per consumer warpgroup, each laid out like a K-major
-  // operand (swizzle atoms down the rows first), so that a warpgroup's rows are one contiguous
-  // SmemLayoutOWG and its TMA store moves them in dv / 64 boxes of 64 rows x 64 columns. (Atoms
-  // laid out along the rows first made CuTe issue one store per 8 x 64 atom: 16 TMA
-  // instructions per warpgroup at dv 128, ~1100 cycles of the epilogue on the timeline.)
-  using SmemLayoutOWG = decltype(tile_to_shape(SmemAtomK<Element, kHeadDimV>{},
-                                               Shape<_64, Int<kHeadDimV>>{}));
-  using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWG{},
-                                             Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
-
   static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);  // one stage
   static constexpr int kBytesV = kBlockN * kHeadDimV * sizeof(Element);
   static constexpr int kBytesO = kBlockM * kHeadDimV * sizeof(Element);
   static constexpr int kSmemOptin = 227 * 1024;
-  // O gets its own buffer when it fits, so the next tile's Q can land while this tile's O is
-  // stored; otherwise it is staged in Q's buffer (d 192 and 256).
-  static constexpr bool kOInQ =
-      kBytesQ + kStages * (kBytesK + kBytesV) + kBytesO + 1024 > kSmemOptin;
+  // O's staging buffer holds all of O's columns where that fits, else half of them, and the
+  // epilogue stages and stores O in two passes (d 256). (Staged in Q's buffer, as d 256 once
+  // was, O held up the next tile's Q until its stores were done.)
+  static constexpr int kOPasses =
+      kBytesQ + kStages * (kBytesK + kBytesV) + kBytesO + 1024 > kSmemOptin ? 2 : 1;
+  static constexpr int kOCols = kHeadDimV / kOPasses;
+  // O's staging buffer: one block of 64 rows per consumer warpgroup, each laid out like a K-major
+  // operand (swizzle atoms down the rows first), so that a warpgroup's rows are one contiguous
+  // SmemLayoutOWG and its TMA store moves them in kOCols / 64 boxes of 64 rows x 64 columns.
+  // (Atoms laid out along the rows first made CuTe issue one store per 8 x 64 atom: 16 TMA
+  // instructions per warpgroup at dv 128, ~1100 cycles of the epilogue on the timeline.)
+  using SmemLayoutOWG = decltype(tile_to_shape(SmemAtomK<Element, kOCols>{},
+                                               Shape<_64, Int<kOCols>>{}));
+  using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWG{},
+                                             Shape<Int<kBlockM>, Int<kOCols>>{}));
+  // P·V's accumulator layout at kOCols columns: one pass's slice of O (the first kOCols / 8
+  // column groups of a thread's O fragment are columns [0, kOCols) of its rows), for stmatrix.
+  using TiledMmaOPass = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kOCols>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      WarpGroupLayout{}));
 
-  static_assert(!kOInQ || kHeadDim == kHeadDimV, "O staged in Q's rows needs Q's row layout");
   // tile_work's divisions by multiply-high (FastDiv) rather than the hardware's, which queue
-  // behind the softmax's exponentials on the MUFU pipe. d 192 and 256 have no registers for the
-  // divisors (d 256 spilled 24-64 bytes in its epilogue).
-  static constexpr bool kFastDivide = !kOInQ;
+  // behind the softmax's exponentials on the MUFU pipe. d 256 has no registers for the divisors
+  // (it spilled 24-64 bytes in its epilogue).
+  static constexpr bool kFastDivide = kOPasses == 1;
 
   using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
 
@@ -150,9 +156,9 @@ struct Config {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>> v;
-    alignas(1024) cute::array_aligned<Element, kOInQ ? 8 : cosize_v<SmemLayoutO>> o;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutO>> o;
     alignas(16) uint64_t q_full;   // Q landed (TMA transaction barrier)
-    alignas(16) uint64_t q_empty;  // consumers are done with Q (and with O when kOInQ)
+    alignas(16) uint64_t q_empty;  // consumers are done with Q
     // Warp-specialized stages hand tiles around through shared memory (kernel_fwd_sm90.cuh):
     // the producer announces `tile` with q_full (>= the tile count: no more tiles); a consumer
     // thread draws the block's next tile into `next_tile` and arrives on next_ready.
@@ -167,11 +173,9 @@ struct Config {
   static_assert(kSmemBytes <= kSmemOptin, "tile plan exceeds Hopper shared memory");
 
   using Tma = TmaCopies<Element, SmemLayoutQ, SmemLayoutK, SmemLayoutV>;
-  // O leaves by TMA store unless it is staged in Q's buffer (then Q's refill waits for the
-  // stores: they stay plain, done before the warpgroup releases the buffer). Variable-length
-  // batches store plainly too (Params::tma_o unused): a box at a sequence's end would overwrite
-  // the next sequence's first rows.
-  static constexpr bool kTmaStoreO = !kOInQ;
+  // O leaves by TMA store. Variable-length batches store plainly (Params::tma_o unused): a box at
+  // a sequence's end would overwrite the next sequence's first rows.
+  static constexpr bool kTmaStoreO = true;
   using TmaO = typename TmaStoreO<Element, SmemLayoutOWG>::TmaO;
 };
 

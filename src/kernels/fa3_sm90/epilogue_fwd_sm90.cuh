@@ -1,9 +1,9 @@
 // The Hopper forward epilogue: O divided by l, rounded to the input type, staged through shared
 // memory by stmatrix, then written by one TMA store per consumer warpgroup (its 64 rows; the
-// store clips rows past the sequence end) or, for variable-length batches and O staged in Q's
-// buffer, by 16-byte stores of whole rows. Each consumer warpgroup owns its 64 rows of the
-// staging buffer, so a warpgroup barrier (not a block barrier) orders writes and reads and the
-// warpgroups never wait for each other here.
+// store clips rows past the sequence end) or, for variable-length batches, by 16-byte stores of
+// whole rows; where the buffer holds half of O's columns (d 256), in two passes. Each consumer
+// warpgroup owns its 64 rows of the staging buffer, so a warpgroup barrier (not a block
+// barrier) orders writes and reads and the warpgroups never wait for each other here.
 #pragma once
 
 #include <cute/atom/copy_traits_sm90.hpp>
@@ -53,56 +53,61 @@ struct Epilogue {
     FA_TL(1 + wg, kEpiConvert);
 
     auto thr_pv = mma_pv.get_thread_slice(ctid);
-    Element* staging = C::kOInQ ? ss.q.data() : ss.o.data();
-    Tensor sO = make_tensor(make_smem_ptr(staging), typename C::SmemLayoutO{});
+    constexpr int kCols = C::kOCols;  // columns staged per pass (C::kOPasses passes)
+    Tensor sO = make_tensor(make_smem_ptr(ss.o.data()), typename C::SmemLayoutO{});
     const int wtid = ctid % 128;
-    // The warpgroup's rows may be rewritten once the last tile's reads of them are done: its
-    // TMA store's (waited for by the thread that issued it) or its threads' own.
-    if constexpr (C::kTmaStoreO) {
-      if (wtid == 0) tma_store_wait<0>();
-    }
-    named_barrier_sync(kEpilogueWG0 + wg, 128);
-    FA_TL(1 + wg, kEpiBar1);
-    // stmatrix: four 8 x 8 tiles per instruction, straight from the accumulator's layout.
-    auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+    // stmatrix: four 8 x 8 tiles per instruction, straight from the accumulator's layout; pass
+    // p stores the slice of the thread's O fragment that holds columns [p * kCols, +kCols).
+    typename C::TiledMmaOPass mma_pass;
+    auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pass);
     auto thr_stsm = stsm.get_thread_slice(ctid);
-    copy(stsm, thr_stsm.retile_S(rO), thr_stsm.partition_D(sO));
-    if constexpr (C::kTmaStoreO) tma_store_fence();  // the writes, visible to the TMA unit
-    named_barrier_sync(kEpilogueWG0 + wg, 128);      // every row of the warpgroup is written
-    FA_TL(1 + wg, kEpiStaged);
+    using PassLayout = decltype(partition_fragment_C(
+        mma_pass, Shape<Int<C::kBlockM>, Int<kCols>>{}).layout());
+    static_assert(size(PassLayout{}) * C::kOPasses == size(decltype(rO.layout()){}));
+#pragma unroll
+    for (int pass = 0; pass < C::kOPasses; ++pass) {
+      // The warpgroup's rows may be rewritten once the last TMA store has read them (waited for
+      // by the thread that issued it) or, plain, its threads' own reads are done.
+      if (wtid == 0) tma_store_wait<0>();
+      named_barrier_sync(kEpilogueWG0 + wg, 128);
+      FA_TL(1 + wg, kEpiBar1);
+      Tensor rO_pass = make_tensor(rO.data() + pass * size(PassLayout{}), PassLayout{});
+      copy(stsm, thr_stsm.retile_S(rO_pass), thr_stsm.partition_D(sO));
+      tma_store_fence();                           // the writes, visible to the TMA unit
+      named_barrier_sync(kEpilogueWG0 + wg, 128);  // every row of the warpgroup is written
+      FA_TL(1 + wg, kEpiStaged);
 
-    // One TMA store of the warpgroup's 64 rows; rows past the sequence's end are clipped by the
-    // tensor's bounds. Left in flight: the next tile's epilogue waits for it (above).
-    if (C::kTmaStoreO && p.cu_seqlens_q == nullptr) {
-      if constexpr (C::kTmaStoreO) {
+      // One TMA store of the warpgroup's 64 rows (of this pass's columns); rows past the
+      // sequence's end are clipped by the tensor's bounds. Left in flight: the next pass or
+      // tile waits for it (above).
+      if (p.cu_seqlens_q == nullptr) {
         if (wtid == 0) {
           Tensor mO = params.tma_o.get_tma_tensor(params.shape_o);
-          Tensor gO = local_tile(mO(_, _, w.c.head, w.c.batch),
-                                 Shape<_64, Int<C::kHeadDimV>>{},
-                                 make_coord(w.c.m_block * C::kConsumerWarpGroups + wg, _0{}));
-          Tensor sOwg = make_tensor(make_smem_ptr(staging + wg * kRowsPerWG * C::kHeadDimV),
+          Tensor gO = local_tile(mO(_, _, w.c.head, w.c.batch), Shape<_64, Int<kCols>>{},
+                                 make_coord(w.c.m_block * C::kConsumerWarpGroups + wg, pass));
+          Tensor sOwg = make_tensor(make_smem_ptr(ss.o.data() + wg * kRowsPerWG * kCols),
                                     typename C::SmemLayoutOWG{});
           auto [dst, src] = tma_partition(params.tma_o, _0{}, Layout<_1>{},
                                           group_modes<0, 2>(sOwg), group_modes<0, 2>(gO));
           copy(params.tma_o, src, dst);
           tma_store_arrive();
         }
-      }
-    } else {
-      Element* out = out_rows(w);
-      const int64_t row_stride = p.o_stride[1];
+      } else {
+        Element* out = out_rows(w) + pass * kCols;
+        const int64_t row_stride = p.o_stride[1];
+        constexpr int kChunks = kCols / 8;  // 16-byte chunks per row and pass
 #pragma unroll
-      for (int i = wtid; i < kRowsPerWG * kChunksPerRow; i += 128) {
-        const int r = kRowsPerWG * wg + i / kChunksPerRow, col = i % kChunksPerRow * 8;
-        const int row = w.row0 + r;
-        if (row < w.seq.len_q) {
-          *reinterpret_cast<uint4*>(out + row * row_stride + col) =
-              *reinterpret_cast<const uint4*>(&sO(r, col));
+        for (int i = wtid; i < kRowsPerWG * kChunks; i += 128) {
+          const int r = kRowsPerWG * wg + i / kChunks, col = i % kChunks * 8;
+          const int row = w.row0 + r;
+          if (row < w.seq.len_q) {
+            *reinterpret_cast<uint4*>(out + row * row_stride + col) =
+                *reinterpret_cast<const uint4*>(&sO(r, col));
+          }
         }
       }
     }
     FA_TL(1 + wg, kEpiStored);
-    if constexpr (C::kOInQ) cutlass::arch::ClusterBarrier::arrive(&ss.q_empty);
 
     if (p.lse != nullptr && ctid % 4 == 0) {  // one lane of each quad holds the row's values
       Tensor coords = rowcol(thr_pv.partition_C(

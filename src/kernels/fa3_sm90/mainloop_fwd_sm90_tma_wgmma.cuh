@@ -369,9 +369,9 @@ struct Consumer {
     pipe_v.consumer_release(state_v);
   }
 
-  // Q's buffer may be refilled once this thread's last Q·Kᵀ is done, unless O is staged there.
+  // Q's buffer may be refilled once this thread's last Q·Kᵀ is done.
   __device__ __forceinline__ void release_q(SharedStorage& ss) const {
-    if constexpr (!C::kOInQ) cutlass::arch::ClusterBarrier::arrive(&ss.q_empty);
+    cutlass::arch::ClusterBarrier::arrive(&ss.q_empty);
   }
 };
 

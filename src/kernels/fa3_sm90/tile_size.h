@@ -12,7 +12,8 @@ struct TileSize {
 };
 
 // Shared memory is Q (block_m x d) + stages x (K: block_n x d + V: block_n x dv) + O (block_m x
-// dv, unless it reuses Q's buffer), 2 bytes each, within the 227 KB a Hopper block may opt into.
+// dv, or half of dv where all of it does not fit: d 256), 2 bytes each, within the 227 KB a
+// Hopper block may opt into.
 // Registers per consumer thread (240 with two consumer warpgroups, 160 with three): S is
 // block_n / 2 fp32, O is dv / 2 fp32, P is block_n / 4.
 constexpr TileSize tile_size(int head_dim, int head_dim_v) {
