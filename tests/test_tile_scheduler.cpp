@@ -29,6 +29,23 @@ std::vector<int> visited(const TileScheduler& s, int blocks) {
   return tiles;
 }
 
+// Tiles aligned to the sequence's end: the first starts top_rows before row 0 (less than a tile),
+// the last ends exactly at the sequence's end, and the same number of tiles covers every row.
+TEST(TileScheduler, TopRowsAlignTheLastTileToTheEnd) {
+  for (int block_m : {64, 128, 192}) {
+    for (int len : {1, 17, 64, 113, 128, 191, 192, 193, 239, 512, 799, 1023, 1024, 16384}) {
+      const int tiles = (len + block_m - 1) / block_m;
+      EXPECT_EQ(flashattn::fa3::top_rows(block_m, len, false), 0);
+      const int top = flashattn::fa3::top_rows(block_m, len, true);
+      SCOPED_TRACE(testing::Message() << "block_m " << block_m << " len " << len);
+      EXPECT_GE(top, 0);
+      EXPECT_LT(top, block_m);
+      EXPECT_EQ(tiles * block_m - top, len) << "the last tile ends at the sequence's end";
+      EXPECT_LT(-top + block_m, len + block_m) << "the first tile holds a row of the sequence";
+    }
+  }
+}
+
 TEST(TileScheduler, EveryTileOnceForAnyGrid) {
   for (int group : {0, 1, 3, 7}) {
     for (int blocks : {1, 5, 132, 1000}) {

@@ -176,6 +176,8 @@ struct Config {
   // O leaves by TMA store. Variable-length batches store plainly (Params::tma_o unused): a box at
   // a sequence's end would overwrite the next sequence's first rows.
   static constexpr bool kTmaStoreO = true;
+  // Query tiles aligned to the sequence's end under a right-bounded mask (tile_work, top_rows).
+  static constexpr bool kAlignTilesToEnd = true;
   using TmaO = typename TmaStoreO<Element, SmemLayoutOWG>::TmaO;
 };
 

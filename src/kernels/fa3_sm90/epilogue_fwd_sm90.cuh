@@ -1,9 +1,10 @@
 // The Hopper forward epilogue: O divided by l, rounded to the input type, staged through shared
 // memory by stmatrix, then written by one TMA store per consumer warpgroup (its 64 rows; the
-// store clips rows past the sequence end) or, for variable-length batches, by 16-byte stores of
-// whole rows; where the buffer holds half of O's columns (d 256), in two passes. Each consumer
-// warpgroup owns its 64 rows of the staging buffer, so a warpgroup barrier (not a block
-// barrier) orders writes and reads and the warpgroups never wait for each other here.
+// store clips rows past the sequence's end) or, for variable-length batches and rows before the
+// sequence's start, by 16-byte stores of whole rows; where the buffer holds half of O's columns
+// (d 256), in two passes. Each consumer warpgroup owns its 64 rows of the staging buffer, so a
+// warpgroup barrier (not a block barrier) orders writes and reads and the warpgroups never wait
+// for each other here.
 #pragma once
 
 #include <cute/atom/copy_traits_sm90.hpp>
@@ -79,12 +80,15 @@ struct Epilogue {
 
       // One TMA store of the warpgroup's 64 rows (of this pass's columns); rows past the
       // sequence's end are clipped by the tensor's bounds. Left in flight: the next pass or
-      // tile waits for it (above).
-      if (p.cu_seqlens_q == nullptr) {
+      // tile waits for it (above). Rows before the sequence's start (a first tile aligned to
+      // the end, top_rows) are stored plainly: a TMA store whose box starts at a negative row
+      // raised "illegal instruction" on the H100 (a TMA load's is zero-filled).
+      if (p.cu_seqlens_q == nullptr && w.row0 + kRowsPerWG * wg >= 0) {
         if (wtid == 0) {
           Tensor mO = params.tma_o.get_tma_tensor(params.shape_o);
-          Tensor gO = local_tile(mO(_, _, w.c.head, w.c.batch), Shape<_64, Int<kCols>>{},
-                                 make_coord(w.c.m_block * C::kConsumerWarpGroups + wg, pass));
+          Tensor gO = local_tile(domain_offset(make_coord(w.row0 + kRowsPerWG * wg, _0{}),
+                                               mO(_, _, w.c.head, w.c.batch)),
+                                 Shape<_64, Int<kCols>>{}, make_coord(_0{}, pass));
           Tensor sOwg = make_tensor(make_smem_ptr(ss.o.data() + wg * kRowsPerWG * kCols),
                                     typename C::SmemLayoutOWG{});
           auto [dst, src] = tma_partition(params.tma_o, _0{}, Layout<_1>{},
@@ -100,7 +104,7 @@ struct Epilogue {
         for (int i = wtid; i < kRowsPerWG * kChunks; i += 128) {
           const int r = kRowsPerWG * wg + i / kChunks, col = i % kChunks * 8;
           const int row = w.row0 + r;
-          if (row < w.seq.len_q) {
+          if (row >= 0 && row < w.seq.len_q) {
             *reinterpret_cast<uint4*>(out + row * row_stride + col) =
                 *reinterpret_cast<const uint4*>(&sO(r, col));
           }
@@ -115,7 +119,7 @@ struct Epilogue {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = w.row0 + get<0>(coords(r, 0));
-        if (row < w.seq.len_q) p.lse[w.seq.lse_offset + row] = lse[r];
+        if (row >= 0 && row < w.seq.len_q) p.lse[w.seq.lse_offset + row] = lse[r];
       }
     }
   }
@@ -136,11 +140,14 @@ struct Epilogue {
     const int64_t row_stride = p.o_stride[1];
     for (int i = ctid; i < C::kBlockM * kChunksPerRow; i += C::kConsumerThreads) {
       const int row = w.row0 + i / kChunksPerRow, col = i % kChunksPerRow * 8;
-      if (row < w.seq.len_q) *reinterpret_cast<uint4*>(out + row * row_stride + col) = uint4{};
+      if (row >= 0 && row < w.seq.len_q) {
+        *reinterpret_cast<uint4*>(out + row * row_stride + col) = uint4{};
+      }
     }
     if (p.lse != nullptr) {
       for (int r = ctid; r < C::kBlockM; r += C::kConsumerThreads) {
-        if (w.row0 + r < w.seq.len_q) p.lse[w.seq.lse_offset + w.row0 + r] = -INFINITY;
+        const int row = w.row0 + r;
+        if (row >= 0 && row < w.seq.len_q) p.lse[w.seq.lse_offset + row] = -INFINITY;
       }
     }
   }

@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
       PipelineState state = cutlass::make_producer_start_state<PipelineKV>();
       int tile = params.scheduler.tile_of(0, blockIdx.x, grid_blocks);
       for (int announced = 0;; ++announced) {
+        // The tile's coordinates are worked out before waiting for Q's buffer, so that the Q
+        // load is issued as soon as the consumers' last Q·Kᵀ of the tile before frees it.
+        TileWork w;
+        if (tile < num_tiles) w = tile_work(params, tile);
         if (announced > 0) Barrier::wait(&ss.q_empty, (announced - 1) & 1);  // slot, Q free
         FA_TL(0, kProdTile);
         store_tile_slot(&ss.tile, min(tile, num_tiles));
@@ -85,7 +89,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
           FA_TL(0, kExit);
           return;
         }
-        const TileWork w = tile_work(params, tile);
         if (w.skip || w.empty()) {
           Barrier::arrive(&ss.q_full);
         } else {

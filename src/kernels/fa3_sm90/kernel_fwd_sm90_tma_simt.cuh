@@ -43,6 +43,7 @@ struct TmaSimtConfig {
   static constexpr int kBlockN = Simt::kBlockK;
   static constexpr bool kFastDivide = true;  // tile_work's divisions by FastDiv (tile_scheduler.cuh)
   static constexpr bool kTmaStoreO = false;  // its own plain epilogue
+  static constexpr bool kAlignTilesToEnd = false;  // tiles from row 0 (tile_work)
   // Two stages suffice: a stage is refilled as soon as its block is copied out, so its TMA has a
   // whole block of SIMT math (~16k cycles at d = 128) to land. A third would still fit (224 KB
   // with the 112 KB of fp32 tiles) but has nothing left to hide.

@@ -69,6 +69,16 @@ struct TileWork {
   __device__ __forceinline__ bool empty() const { return n_max <= n_min; }
 };
 
+// Rows before the sequence's first that the first query tile covers. Under a mask with a right
+// bound (causal), later rows see more keys, so the tiles are aligned to the sequence's end: the
+// partial tile is the first, the cheapest, rather than the last, the dearest (d 64's 192-row tiles
+// at seqlen 512: 27 warpgroup-blocks per head -> 24). Rows before 0 see no key or (seqlen_k >
+// seqlen_q) read zero-filled or neighbouring Q rows; they are never stored.
+template <class C>
+__device__ __forceinline__ int top_rows(const Problem& p, int len_q) {
+  return fa3::top_rows(C::kBlockM, len_q, C::kAlignTilesToEnd && p.mask.right >= 0);
+}
+
 template <class C>
 __device__ __forceinline__ TileWork tile_work(const Params<C>& params, int tile) {
   const Problem& p = params.p;
@@ -77,7 +87,7 @@ __device__ __forceinline__ TileWork tile_work(const Params<C>& params, int tile)
   w.h_kv = params.scheduler.template kv_head<C::kFastDivide>(w.c.head);
   w.seq = sequence_view(p, w.c.batch, w.c.head, w.h_kv);
   w.mask = Mask{w.seq.len_q, w.seq.len_k, p.mask.left, p.mask.right};
-  w.row0 = w.c.m_block * C::kBlockM;
+  w.row0 = w.c.m_block * C::kBlockM - top_rows<C>(p, w.seq.len_q);
   w.skip = w.row0 >= w.seq.len_q;
   int key_begin = 0, key_end = 0;
   if (!w.skip) w.mask.key_range(w.row0, min(w.seq.len_q, w.row0 + C::kBlockM), key_begin, key_end);
@@ -131,9 +141,11 @@ struct Loader {
 
   __device__ __forceinline__ void load_q(SharedStorage& ss, const TileWork& w) const {
     Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
-    Tensor gQ = local_tile(
-        domain_offset(make_coord(w.seq.token_q, _0{}), mQ(_, _, w.c.head, batch_index(w))),
-        Shape<Int<C::kBlockM>, Int<C::kHeadDim>>{}, make_coord(w.c.m_block, _0{}));
+    // Rows from row0, which may lie before the sequence's start (top_rows): TMA zero-fills
+    // coordinates before the tensor's first row.
+    Tensor gQ = local_tile(domain_offset(make_coord(w.seq.token_q + w.row0, _0{}),
+                                         mQ(_, _, w.c.head, batch_index(w))),
+                           Shape<Int<C::kBlockM>, Int<C::kHeadDim>>{}, make_coord(_0{}, _0{}));
     Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
     auto [src, dst] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                     group_modes<0, 2>(gQ));

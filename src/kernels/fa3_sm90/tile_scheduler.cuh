@@ -18,6 +18,13 @@ struct TileCoord {
   int m_block, head, batch;
 };
 
+// Rows before a sequence's first row that its first query tile covers: 0, or, with tiles aligned
+// to the sequence's end, what makes len_q + top_rows a whole number of tiles (the partial tile is
+// then the first). The tile count, ceil(len_q / block_m), is the same either way.
+__host__ __device__ __forceinline__ int top_rows(int block_m, int len_q, bool align_to_end) {
+  return align_to_end ? (block_m - len_q % block_m) % block_m : 0;
+}
+
 struct TileScheduler {
   int num_m_blocks = 0;
   int heads = 0;
