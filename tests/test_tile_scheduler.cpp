@@ -29,8 +29,9 @@ std::vector<int> visited(const TileScheduler& s, int blocks) {
   return tiles;
 }
 
-// Tiles aligned to the sequence's end: the first starts top_rows before row 0 (less than a tile),
-// the last ends exactly at the sequence's end, and the same number of tiles covers every row.
+// Tiles aligned to the sequence's end: the first starts top_rows before row 0 (less than a tile)
+// and holds the partial tile's rows, the last ends exactly at the sequence's end, and the same
+// number of tiles covers every row.
 TEST(TileScheduler, TopRowsAlignTheLastTileToTheEnd) {
   for (int block_m : {64, 128, 192}) {
     for (int len : {1, 17, 64, 113, 128, 191, 192, 193, 239, 512, 799, 1023, 1024, 16384}) {
@@ -41,7 +42,8 @@ TEST(TileScheduler, TopRowsAlignTheLastTileToTheEnd) {
       EXPECT_GE(top, 0);
       EXPECT_LT(top, block_m);
       EXPECT_EQ(tiles * block_m - top, len) << "the last tile ends at the sequence's end";
-      EXPECT_LT(-top + block_m, len + block_m) << "the first tile holds a row of the sequence";
+      EXPECT_EQ(block_m - top, len % block_m == 0 ? block_m : len % block_m)
+          << "the partial tile is the first";
     }
   }
 }
