@@ -104,7 +104,7 @@ struct Epilogue {
         for (int i = wtid; i < kRowsPerWG * kChunks; i += 128) {
           const int r = kRowsPerWG * wg + i / kChunks, col = i % kChunks * 8;
           const int row = w.row0 + r;
-          if (row >= 0 && row < w.seq.len_q) {
+          if (w.stores_row(row)) {
             *reinterpret_cast<uint4*>(out + row * row_stride + col) =
                 *reinterpret_cast<const uint4*>(&sO(r, col));
           }
@@ -119,7 +119,7 @@ struct Epilogue {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = w.row0 + get<0>(coords(r, 0));
-        if (row >= 0 && row < w.seq.len_q) p.lse[w.seq.lse_offset + row] = lse[r];
+        if (w.stores_row(row)) p.lse[w.seq.lse_offset + row] = lse[r];
       }
     }
   }
@@ -140,14 +140,14 @@ struct Epilogue {
     const int64_t row_stride = p.o_stride[1];
     for (int i = ctid; i < C::kBlockM * kChunksPerRow; i += C::kConsumerThreads) {
       const int row = w.row0 + i / kChunksPerRow, col = i % kChunksPerRow * 8;
-      if (row >= 0 && row < w.seq.len_q) {
+      if (w.stores_row(row)) {
         *reinterpret_cast<uint4*>(out + row * row_stride + col) = uint4{};
       }
     }
     if (p.lse != nullptr) {
       for (int r = ctid; r < C::kBlockM; r += C::kConsumerThreads) {
         const int row = w.row0 + r;
-        if (row >= 0 && row < w.seq.len_q) p.lse[w.seq.lse_offset + row] = -INFINITY;
+        if (w.stores_row(row)) p.lse[w.seq.lse_offset + row] = -INFINITY;
       }
     }
   }

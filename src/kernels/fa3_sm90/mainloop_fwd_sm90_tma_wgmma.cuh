@@ -67,6 +67,9 @@ struct TileWork {
   int n_min, n_max;
   bool skip;
   __device__ __forceinline__ bool empty() const { return n_max <= n_min; }
+  // Whether tile row `row` (row0 + offset) is a row of the sequence, to be stored: rows before 0
+  // (a first tile aligned to the end, top_rows) and past the end are not.
+  __device__ __forceinline__ bool stores_row(int row) const { return row >= 0 && row < seq.len_q; }
 };
 
 // Rows before the sequence's first that the first query tile covers. Under a mask with a right
