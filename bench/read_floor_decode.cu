@@ -5,58 +5,9 @@
 // keys (32/8 heads, hd 128). docs/PERF.md "Decode" quotes it. Build and run on the GPU machine:
 //   nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o /tmp/read_floor bench/read_floor_decode.cu
 //   /tmp/read_floor
-#include <cuda_runtime.h>
+#include "read_floor.cuh"
 
-#include <algorithm>
-#include <cstdio>
-#include <vector>
-// Exits with the CUDA error on failure.
-#define CK(x)                                        \
-  do {                                               \
-    cudaError_t e = (x);                             \
-    if (e != cudaSuccess) {                          \
-      printf("%s: %s\n", #x, cudaGetErrorString(e)); \
-      return 1;                                      \
-    }                                                \
-  } while (0)
-
-// Block b reads its own contiguous chunk, U loads in flight per thread; the XOR keeps the loads.
-template <int U>
-__global__ void read_chunks(const uint4* __restrict__ p, size_t vecs_per_block, unsigned* out) {
-  const uint4* base = p + blockIdx.x * vecs_per_block;
-  unsigned acc = 0;
-  for (size_t i = threadIdx.x; i < vecs_per_block; i += size_t(blockDim.x) * U) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const size_t k = i + size_t(u) * blockDim.x;
-      v[u] = k < vecs_per_block ? __ldcs(base + k) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x12345678u) out[blockIdx.x] = acc;
-}
 __global__ void empty_kernel() {}
-
-template <class F>
-float median_us(F&& launch, int iters = 40) {
-  std::vector<cudaEvent_t> ev(2 * iters);
-  for (auto& e : ev) cudaEventCreate(&e);
-  for (int i = 0; i < 5; ++i) launch(i);
-  cudaDeviceSynchronize();
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(ev[2 * i]);
-    launch(i);
-    cudaEventRecord(ev[2 * i + 1]);
-  }
-  cudaDeviceSynchronize();
-  std::vector<float> t(iters);
-  for (int i = 0; i < iters; ++i) cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]);
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(t.begin(), t.end());
-  return 1000.f * t[iters / 2];
-}
 
 int main() {
   const size_t pool = size_t(1536) << 20;
@@ -87,9 +38,9 @@ int main() {
         const uint4* p =
             reinterpret_cast<const uint4*>(static_cast<char*>(a) + size_t(i % regions) * bytes);
         if (c.u == 8)
-          read_chunks<8><<<c.blocks, c.threads>>>(p, vpb, out);
+          read_chunks<8><<<c.blocks, c.threads>>>(p, vpb, out, nullptr);
         else
-          read_chunks<4><<<c.blocks, c.threads>>>(p, vpb, out);
+          read_chunks<4><<<c.blocks, c.threads>>>(p, vpb, out, nullptr);
       };
       const float us = median_us(launch);
       CK(cudaGetLastError());

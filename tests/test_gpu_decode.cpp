@@ -392,6 +392,78 @@ TEST(GpuDecodeLong, Batch1LongContextManySplits) {
   check_against_reference(c, h, run_seed());
 }
 
+// Split decodes reuse workspace from the library's pool (eager calls get recycled blocks; a
+// captured graph replays with the same one): a call must never take an earlier call's partials for
+// its own. Eager calls with new queries, then a captured graph replayed three times with the
+// queries changed in between: each output is checked against the reference for the queries it was
+// given. Batch 1, 6000 keys (the heuristic's ~32 splits) and a paged batch of 3 with 5 splits and 2
+// queries.
+TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case cases[] = {
+      {fa::DType::bf16, 128, 32, 8, 1, {6000}, 0, 0, false, -1, -1, 0, false, 1.f},
+      {fa::DType::fp16, 64, 16, 4, 2, {900, 0, 1700}, 16, 0, true, -1, -1, 5, false, 1.f}};
+  for (const Case& c : cases) {
+    const uint64_t seed = run_seed() + 404;
+    Host h;
+    build(c, seed, h);
+    const size_t no = h.q.size();
+    const size_t nl = size_t(h.p.batch) * h.p.heads_q * h.p.seqlen_q;
+    DeviceBuffer dq(no * 2), dout(no * 2), dl(nl * 4), dk(h.k.size() * 2), dv(h.v.size() * 2),
+        ds(h.seqlens.size() * 4), dt(std::max<size_t>(h.table.size(), 1) * 4);
+    to_device(dk, h.k);
+    to_device(dv, h.v);
+    to_device(ds, h.seqlens);
+    if (!h.table.empty()) to_device(dt, h.table);
+    if (HasFatalFailure()) return;
+    fa::DecodeParams p = h.p;
+    p.q.data = dq.ptr;
+    p.o.data = dout.ptr;
+    p.lse = static_cast<float*>(dl.ptr);
+    p.k_cache.data = dk.ptr;
+    p.v_cache.data = dv.ptr;
+    p.cache_seqlens = static_cast<const int32_t*>(ds.ptr);
+    if (p.page_table) p.page_table = static_cast<const int32_t*>(dt.ptr);
+    p.check_indices = false;  // no synchronising index copy: the call can be captured
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    p.stream = stream;
+
+    // Fresh queries for each run; the output and LSE poisoned first; the result checked.
+    int round = 0;
+    auto check_round = [&](const std::function<void()>& launch, const char* what) {
+      fa::reference::fill_normal(h.q.data(), std::ssize(h.q), c.dtype, seed + 1000 + round++);
+      to_device(dq, h.q);
+      ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, no * 2), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dl.ptr, 0xFF, nl * 4), cudaSuccess);
+      launch();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
+      h.o.resize(no);
+      h.lse.resize(nl);
+      ASSERT_EQ(cudaMemcpy(h.o.data(), dout.ptr, no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(h.lse.data(), dl.ptr, nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      SCOPED_TRACE(what);
+      check_against_reference(c, h, seed);
+    };
+    for (int i = 0; i < 3; ++i) {
+      check_round([&] { ASSERT_TRUE(fa::decode(p).ok()); }, "eager call");
+    }
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const fa::Status captured = fa::decode(p);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(captured.ok()) << captured.message;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 3; ++i) {
+      check_round([&] { ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess); }, "graph replay");
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
 // Bad indices in device memory are refused before anything is launched: the output keeps its
 // poison and the cache is untouched.
 TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {

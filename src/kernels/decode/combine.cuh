@@ -10,8 +10,17 @@
 // dependent launch): end to end 1.3 us slower at batch 1 / 16k keys (34.4 vs 33.1 us), 1.3 us at
 // 32k, 0.4 us at batch 8 / 4k. The prologue launch costs what the separate combine cost, and the
 // last block's merge (an atomic round trip, then the partials from L2) is no shorter than this
-// kernel's work once its wait returns.
+// kernel's work once its wait returns. Measured again on 2026-11-23 (docs/PERF.md "Decode",
+// fourth pass): without any prologue (flags in the workspace tagged per call), the last split
+// merging in shared memory lost 3.5-5.3 us, because one SM pulls the 31 splits' partials from L2
+// at 15-20 GB/s (cp.async or TMA bulk copies alike) where this kernel spreads them over 32 SMs;
+// and releasing this kernel's blocks by per-row flags instead of griddepcontrol.wait gained
+// nothing (docs/experiments/decode_in_kernel_merge.patch).
 #pragma once
+
+#ifndef FA_DECODE_STAMP_COMBINE
+#define FA_DECODE_STAMP_COMBINE(slot)  // a diagnosis hook, as FA_DECODE_STAMP in kernel.cuh
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,7 +42,9 @@ inline constexpr int kCombineWarps = 4;
 // The result is the exact merge up to fp32 rounding, and the same on every run (fixed order).
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const DecodeProblem p) {
+  FA_DECODE_STAMP_COMBINE(0);
   wait_for_primary();  // the split grid and its partials are complete (programmatic launch)
+  FA_DECODE_STAMP_COMBINE(1);
   constexpr int kPer = kHeadDim / 32;
   constexpr int kBatch = 8;  // splits per warp in flight
   __shared__ float part[kCombineWarps][kHeadDim];
@@ -134,6 +145,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] =
         W > 0.f ? (M + log2f(W)) * 0.6931471805599453f : neg_inf;
   }
+  FA_DECODE_STAMP_COMBINE(2);
 }
 
 }  // namespace flashattn::decoding

@@ -1,9 +1,8 @@
 // The split-KV decode kernel. One block = (row chunk, split) x KV head x batch entry: the query
 // rows of every query head sharing the KV head (times seqlen_q) packed into one 16-row MMA tile,
-// against the split's share of the keys, read once. Its four warps stream disjoint key tiles (tile
-// w, w+4,
-// ...) through their own cp.async rings, with no block barrier in the loop, each running the
-// FlashAttention recurrence on its tiles:
+// against the split's share of the keys, read once. Its warps (C::kWarps, four in the library)
+// stream disjoint key tiles (tile w, w+4, ... with four) through their own cp.async rings, with
+// no block barrier in the loop, each running the FlashAttention recurrence on its tiles:
 //   S = Q·Kᵀ (mma.sync), mask the edge tiles, online softmax in the log2 domain, O += P·V.
 // The warps' states merge through shared memory at the end; the block writes O and LSE directly
 // (one split) or an fp32 partial and its log2-LSE for the combine kernel.
@@ -20,6 +19,12 @@
 #include "kernels/decode/ptx_sm80.cuh"
 #include "kernels/decode/tile_size.h"
 
+// Diagnosis hook: bench/decode_timeline.cu defines it to record %globaltimer at the marked
+// points (slot, a value the stamp must wait for); in the library it is empty.
+#ifndef FA_DECODE_STAMP
+#define FA_DECODE_STAMP(slot, dep)
+#endif
+
 namespace flashattn::decoding {
 
 inline constexpr int kRows = kDecodeRowsPerBlock;   // 16
@@ -27,10 +32,12 @@ inline constexpr int kBlockN = kDecodeKeysPerTile;  // 16
 inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
-template <typename Element_, int kHeadDim_>
+template <typename Element_, int kHeadDim_, int kWarps_ = kDecodeWarps>
 struct Config {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarps = kWarps_;  // each streams its own key tiles
+  static constexpr int kThreads = 32 * kWarps;
   static constexpr int kChunks = kHeadDim / 8;      // 16-byte chunks per row
   static constexpr int kTile = kBlockN * kHeadDim;  // elements of one K (or V) tile
   static constexpr int kStages = decode_stages(kHeadDim);
@@ -53,7 +60,8 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
 }
 
 template <class C>
-__global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) {
+__global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem p) {
+  constexpr int kWarps = C::kWarps, kThreads = C::kThreads;
   using Element = typename C::Element;
   constexpr int kD = C::kHeadDim;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -66,6 +74,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
   const int hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = chunk * kRows;
+  FA_DECODE_STAMP(0, 0);
 
   // Keys this entry attends to. Clamped to the capacity so that unchecked bad lengths
   // (check_indices off) still read nothing outside the cache. Measured (H100, b1/16k): issuing
@@ -83,6 +92,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
   const int t_begin = min(split * per_split, tiles);
   const int t_end = min(t_begin + per_split, tiles);
   const int mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
+  FA_DECODE_STAMP(1, mine);
 
   // Q rows of the chunk into shared memory (zeros past the last row), as the first cp.async
   // group: a plain load would stall every thread for a memory latency before the K/V stream
@@ -108,6 +118,11 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
   const bool row_ok = p.paged || (cache_row >= 0 && cache_row < p.cache_batch);
 
   Element* ring = pipe + warp * C::kStages * 2 * C::kTile;
+  // K/V is read once: loads carry an L2 evict-first hint, so the stream does not push out what is
+  // read again (the partials the combine kernel reads back, Q, the lengths). Measured (H100,
+  // bench/decode_timeline.cu, same call): -0.5 us on the split kernel alone, -0.7 to -1.0 us end
+  // to end at batch 1 / 16k-32k keys and batch 8 / 4k (docs/PERF.md "Decode", fourth pass).
+  const uint64_t kv_policy = l2_evict_first();
   auto load_tile = [&](int t, int stage) {
     Element* ks = ring + stage * 2 * C::kTile;
     Element* vs = ks + C::kTile;
@@ -132,8 +147,8 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
         }
       }
       if (!ok) k_off = v_off = 0;
-      cp_async_16(ks + swizzle<kD>(row, c), k_base + k_off + c * 8, ok);
-      cp_async_16(vs + swizzle<kD>(row, c), v_base + v_off + c * 8, ok);
+      cp_async_16_hint(ks + swizzle<kD>(row, c), k_base + k_off + c * 8, ok, kv_policy);
+      cp_async_16_hint(vs + swizzle<kD>(row, c), v_base + v_off + c * 8, ok, kv_policy);
     }
   };
 
@@ -172,6 +187,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
     cp_async_commit();
     cp_async_wait<C::kStages - 1>();
     __syncwarp();  // every lane's copies of tile i have landed
+    if (i == 0) FA_DECODE_STAMP(2, 0);
     const Element* ks = ring + (i % C::kStages) * 2 * C::kTile;
     const Element* vs = ks + C::kTile;
 
@@ -243,6 +259,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
     __syncwarp();  // all lanes are done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  FA_DECODE_STAMP(3, 0);
   launch_dependents();
 
 #pragma unroll
@@ -269,11 +286,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
     ml[(warp * kRows + g + 8) * 2 + 1] = l[1];
   }
   __syncthreads();
+  FA_DECODE_STAMP(4, 0);
 
   // Eight threads per row, kD/8 consecutive columns each.
   constexpr int kCols = kD / 8;
   const int row = threadIdx.x / 8, c0 = (threadIdx.x % 8) * kCols, r = r0 + row;
-  if (r >= p.rows) return;
+  if (row >= kRows || r >= p.rows) return;
   float M = kNegInf;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ml[(w * kRows + row) * 2]);
@@ -317,6 +335,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeProblem p) 
     }
     if (c0 == 0) p.lse_partial[prow] = lse2;
   }
+  FA_DECODE_STAMP(5, 0);
 }
 
 }  // namespace flashattn::decoding

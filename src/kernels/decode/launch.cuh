@@ -39,7 +39,7 @@ Status prepare_split_kernel(int* blocks_per_sm) {
   FA_CUDA_TRY(cudaFuncSetAttribute(split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    C::kSmemBytes));
   int blocks = 0;
-  FA_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kernel<C>, kThreads,
+  FA_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kernel<C>, C::kThreads,
                                                             C::kSmemBytes));
   if (blocks_per_sm != nullptr) *blocks_per_sm = blocks;
   if (device < 64) prepared[device] = blocks + 1;
@@ -62,7 +62,7 @@ Status run_decode(const DecodeProblem& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const dim3 grid(static_cast<unsigned>(p.row_chunks * p.num_splits),
                   static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
-  split_kernel<C><<<grid, kThreads, C::kSmemBytes, stream>>>(p);
+  split_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
   FA_CUDA_LAUNCH_CHECK("decode split_kernel");
   if (p.num_splits == 1) return Status::success();
 

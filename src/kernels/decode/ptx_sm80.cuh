@@ -1,5 +1,6 @@
 // The handful of PTX instructions the decode kernels use, as named device functions: cp.async
-// (16-byte global->shared copies that do not occupy registers while in flight), ldmatrix,
+// (16-byte global->shared copies that do not occupy registers while in flight, optionally with an
+// L2 eviction hint), ldmatrix,
 // mma.sync m16n8k16 with fp32 accumulation, and the sm_90 programmatic-dependent-launch controls.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4·g + t:
@@ -28,6 +29,20 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(valid ? 16 : 0)
                : "memory");
+}
+// The same with an L2 eviction-priority hint (a policy from l2_evict_first(); sm_80 and up).
+__device__ __forceinline__ void cp_async_16_hint(void* dst, const void* src, bool valid,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(valid ? 16 : 0), "l"(policy)
+      : "memory");
+}
+// A policy that marks every line a load brings into L2 as first to evict.
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -4,8 +4,9 @@
 
 namespace flashattn::decoding {
 
-inline constexpr int kWarps = 4;
-inline constexpr int kThreads = 32 * kWarps;
+// Warps per block of the library's split kernel (Config takes others; bench/decode_timeline.cu
+// measures eight).
+inline constexpr int kDecodeWarps = 4;
 
 // Stages of each warp's K/V ring. Decode is bound by HBM latency x bandwidth: an SM must keep
 // ~32 KB of loads in flight to stream at its share of ~3 TB/s (Little's law with ~1.5 us of

@@ -1,0 +1,71 @@
+// Shared by the plain-read floor programs (read_floor_decode.cu, read_floor_cluster.cu): the read
+// kernel and the timing loop that mirrors flashattn-bench --decode (events around each call,
+// enqueued back to back, median).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+// Returns 1 from main with the CUDA error on failure.
+#define CK(x)                                        \
+  do {                                               \
+    cudaError_t e = (x);                             \
+    if (e != cudaSuccess) {                          \
+      printf("%s: %s\n", #x, cudaGetErrorString(e)); \
+      return 1;                                      \
+    }                                                \
+  } while (0)
+
+// Block b reads its own contiguous chunk, U 16-byte loads in flight per thread; the XOR keeps the
+// loads. With kCluster the blocks of a cluster then wait for each other (the merge point of a
+// cluster decode); with `smid` each block records the SM it ran on.
+template <int U, bool kCluster = false>
+__global__ void read_chunks(const uint4* __restrict__ p, size_t vecs_per_block, unsigned* out,
+                            unsigned* smid) {
+  const uint4* base = p + blockIdx.x * vecs_per_block;
+  unsigned acc = 0;
+  for (size_t i = threadIdx.x; i < vecs_per_block; i += size_t(blockDim.x) * U) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const size_t k = i + size_t(u) * blockDim.x;
+      v[u] = k < vecs_per_block ? __ldcs(base + k) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if constexpr (kCluster) {
+    asm volatile(
+        "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::
+            : "memory");
+  }
+  if (threadIdx.x == 0 && smid != nullptr) {
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    smid[blockIdx.x] = s;
+  }
+  if (acc == 0x12345678u) out[blockIdx.x] = acc;
+}
+
+// Median over `iters` calls of launch(i) (i picks the input set), in microseconds.
+template <class F>
+float median_us(F&& launch, int iters = 40) {
+  std::vector<cudaEvent_t> ev(2 * iters);
+  for (auto& e : ev) cudaEventCreate(&e);
+  for (int i = 0; i < 5; ++i) launch(i);
+  cudaDeviceSynchronize();
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(ev[2 * i]);
+    launch(i);
+    cudaEventRecord(ev[2 * i + 1]);
+  }
+  cudaDeviceSynchronize();
+  std::vector<float> t(iters);
+  for (int i = 0; i < iters; ++i) cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]);
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(t.begin(), t.end());
+  return 1000.f * t[iters / 2];
+}
