@@ -57,49 +57,26 @@ __device__ __forceinline__ void stamp_combine(int slot) {
 }
 #define FA_DECODE_STAMP(slot, dep) stamp_split(slot, dep)
 #define FA_DECODE_STAMP_COMBINE(slot) stamp_combine(slot)
-
+// The plain read's start and end in the same record slots as a split block's (0 and 5).
+#define READ_FLOOR_BEGIN()                 \
+  if (g_tl != nullptr && threadIdx.x == 0) \
+  g_tl[(size_t(g_call) * gridDim.x + blockIdx.x) * kRec] = now(0)
+#define READ_FLOOR_END(dep)                \
+  __syncthreads();                         \
+  if (g_tl != nullptr && threadIdx.x == 0) \
+  g_tl[(size_t(g_call) * gridDim.x + blockIdx.x) * kRec + 5] = now(dep)
 #include "api/decode_problem.h"
 #include "api/decode_splits.h"
 #include "kernels/decode/combine.cuh"
 #include "kernels/decode/kernel.cuh"
+#include "read_floor.cuh"
 
 using namespace flashattn;
 using namespace flashattn::decoding;
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t err_ = (x);                                                       \
-    if (err_ != cudaSuccess) {                                                    \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-
 __global__ void next_call() {
   ++g_call;
 }
-__global__ void read_chunks(const uint4* __restrict__ p, size_t vecs_per_block, unsigned* out) {
-  constexpr int U = 4;
-  if (g_tl != nullptr && threadIdx.x == 0)
-    g_tl[(size_t(g_call) * gridDim.x + blockIdx.x) * kRec] = now(0);
-  const uint4* base = p + blockIdx.x * vecs_per_block;
-  unsigned acc = 0;
-  for (size_t i = threadIdx.x; i < vecs_per_block; i += size_t(blockDim.x) * U) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const size_t k = i + size_t(u) * blockDim.x;
-      v[u] = k < vecs_per_block ? __ldcs(base + k) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x12345678u) out[blockIdx.x] = acc;
-  __syncthreads();
-  if (g_tl != nullptr && threadIdx.x == 0)
-    g_tl[(size_t(g_call) * gridDim.x + blockIdx.x) * kRec + 5] = now(acc);
-}
-
 using C = Config<__nv_bfloat16, 128>;      // the library's block: 4 warps, two blocks per SM
 using C8 = Config<__nv_bfloat16, 128, 8>;  // 8 warps, one block per SM
 
@@ -166,7 +143,7 @@ int main() {
                           C::kSmemBytes));
   CK(cudaFuncSetAttribute(split_kernel<C8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           C8::kSmemBytes));
-  CK(cudaFuncSetAttribute(read_chunks, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+  CK(cudaFuncSetAttribute(read_chunks<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
   int per_sm = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<C>, C::kThreads,
                                                    C::kSmemBytes));
@@ -356,7 +333,8 @@ int main() {
         const size_t vpb = bytes / 16 / blocks;
         const double us = timed(
             [&](int i) {
-              read_chunks<<<blocks, 256>>>(static_cast<const uint4*>(kbuf[i % sets]), vpb, sink);
+              read_chunks<4>
+                  <<<blocks, 256>>>(static_cast<const uint4*>(kbuf[i % sets]), vpb, sink, nullptr);
             },
             iters, tl, nullptr);
         h.resize(size_t(iters) * blocks * kRec);
@@ -380,8 +358,8 @@ int main() {
         // The same with 100 KB of dynamic shared memory per block (as the split kernel asks).
         const double us_smem = timed(
             [&](int i) {
-              read_chunks<<<blocks, 256, 100 * 1024>>>(static_cast<const uint4*>(kbuf[i % sets]),
-                                                       vpb, sink);
+              read_chunks<4><<<blocks, 256, 100 * 1024>>>(static_cast<const uint4*>(kbuf[i % sets]),
+                                                          vpb, sink, nullptr);
             },
             iters, nullptr, nullptr);
         printf("  ... with 100 KB dynamic shared memory: %.2f us\n", us_smem);

@@ -7,17 +7,24 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
-// Returns 1 from main with the CUDA error on failure.
-#define CK(x)                                        \
-  do {                                               \
-    cudaError_t e = (x);                             \
-    if (e != cudaSuccess) {                          \
-      printf("%s: %s\n", #x, cudaGetErrorString(e)); \
-      return 1;                                      \
-    }                                                \
+// Exits with the CUDA error on failure.
+#define CK(x)                                                                     \
+  do {                                                                            \
+    cudaError_t err_ = (x);                                                       \
+    if (err_ != cudaSuccess) {                                                    \
+      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
+      exit(1);                                                                    \
+    }                                                                             \
   } while (0)
+
+// Diagnosis hooks at the read kernel's start and end (decode_timeline.cu stamps them); empty here.
+#ifndef READ_FLOOR_BEGIN
+#define READ_FLOOR_BEGIN()
+#define READ_FLOOR_END(dep)
+#endif
 
 // Block b reads its own contiguous chunk, U 16-byte loads in flight per thread; the XOR keeps the
 // loads. With kCluster the blocks of a cluster then wait for each other (the merge point of a
@@ -25,6 +32,7 @@
 template <int U, bool kCluster = false>
 __global__ void read_chunks(const uint4* __restrict__ p, size_t vecs_per_block, unsigned* out,
                             unsigned* smid) {
+  READ_FLOOR_BEGIN();
   const uint4* base = p + blockIdx.x * vecs_per_block;
   unsigned acc = 0;
   for (size_t i = threadIdx.x; i < vecs_per_block; i += size_t(blockDim.x) * U) {
@@ -48,6 +56,7 @@ __global__ void read_chunks(const uint4* __restrict__ p, size_t vecs_per_block, 
     smid[blockIdx.x] = s;
   }
   if (acc == 0x12345678u) out[blockIdx.x] = acc;
+  READ_FLOOR_END(acc);
 }
 
 // Median over `iters` calls of launch(i) (i picks the input set), in microseconds.

@@ -177,58 +177,76 @@ void to_device(DeviceBuffer& buf, const std::vector<T>& host) {
             cudaSuccess);
 }
 
+// The inputs of a Host on the device, and its params pointing at them.
+struct OnDevice {
+  size_t no, nl;  // elements of O (= Q) and of LSE
+  DeviceBuffer q, o, lse, k, v, kn, vn, seqlens, table, idx;
+  fa::DecodeParams p;
+  explicit OnDevice(const Host& h)
+      : no(h.q.size()),
+        nl(size_t(h.p.batch) * h.p.heads_q * h.p.seqlen_q),
+        q(no * 2),
+        o(no * 2),
+        lse(nl * 4),
+        k(h.k.size() * 2),
+        v(h.v.size() * 2),
+        kn(std::max<size_t>(h.kn.size(), 8) * 2),
+        vn(std::max<size_t>(h.vn.size(), 8) * 2),
+        seqlens(h.seqlens.size() * 4),
+        table(std::max<size_t>(h.table.size(), 1) * 4),
+        idx(std::max<size_t>(h.idx.size(), 1) * 4),
+        p(h.p) {
+    to_device(q, h.q);
+    to_device(k, h.k);
+    to_device(v, h.v);
+    to_device(seqlens, h.seqlens);
+    if (!h.table.empty()) to_device(table, h.table);
+    if (!h.idx.empty()) to_device(idx, h.idx);
+    if (!h.kn.empty()) {
+      to_device(kn, h.kn);
+      to_device(vn, h.vn);
+    }
+    p.q.data = q.ptr;
+    p.o.data = o.ptr;
+    p.lse = static_cast<float*>(lse.ptr);
+    p.k_cache.data = k.ptr;
+    p.v_cache.data = v.ptr;
+    p.cache_seqlens = static_cast<const int32_t*>(seqlens.ptr);
+    if (p.page_table) p.page_table = static_cast<const int32_t*>(table.ptr);
+    if (p.cache_batch_idx) p.cache_batch_idx = static_cast<const int32_t*>(idx.ptr);
+    if (p.k_new.data) {
+      p.k_new.data = kn.ptr;
+      p.v_new.data = vn.ptr;
+    }
+  }
+};
+
 // Copies the inputs to the device, runs decode `runs` times (poisoning the outputs before each),
 // and leaves the last outputs and the cache in h.o/h.lse/h.k_after/h.v_after.
 void run(Host& h, int runs = 1, std::vector<uint16_t>* first_o = nullptr) {
-  fa::DecodeParams p = h.p;
-  const size_t no = h.q.size();
-  const size_t nl = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  DeviceBuffer dq(no * 2), dout(no * 2), dl(nl * 4), dk(h.k.size() * 2), dv(h.v.size() * 2),
-      dkn(std::max<size_t>(h.kn.size(), 8) * 2), dvn(std::max<size_t>(h.vn.size(), 8) * 2),
-      ds(h.seqlens.size() * 4), dt(std::max<size_t>(h.table.size(), 1) * 4),
-      di(std::max<size_t>(h.idx.size(), 1) * 4);
-  to_device(dq, h.q);
-  to_device(ds, h.seqlens);
-  if (!h.table.empty()) to_device(dt, h.table);
-  if (!h.idx.empty()) to_device(di, h.idx);
-  if (!h.kn.empty()) {
-    to_device(dkn, h.kn);
-    to_device(dvn, h.vn);
-  }
+  OnDevice d(h);
   if (::testing::Test::HasFatalFailure()) return;
-  p.q.data = dq.ptr;
-  p.o.data = dout.ptr;
-  p.lse = static_cast<float*>(dl.ptr);
-  p.k_cache.data = dk.ptr;
-  p.v_cache.data = dv.ptr;
-  p.cache_seqlens = static_cast<const int32_t*>(ds.ptr);
-  if (p.page_table) p.page_table = static_cast<const int32_t*>(dt.ptr);
-  if (p.cache_batch_idx) p.cache_batch_idx = static_cast<const int32_t*>(di.ptr);
-  if (p.k_new.data) {
-    p.k_new.data = dkn.ptr;
-    p.v_new.data = dvn.ptr;
-  }
   for (int r = 0; r < runs; ++r) {
     // The cache is restored before each run, so that a repeated append writes the same values.
-    to_device(dk, h.k);
-    to_device(dv, h.v);
-    ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, no * 2), cudaSuccess);
-    ASSERT_EQ(cudaMemset(dl.ptr, 0xFF, nl * 4), cudaSuccess);
-    const fa::Status s = fa::decode(p);
+    to_device(d.k, h.k);
+    to_device(d.v, h.v);
+    ASSERT_EQ(cudaMemset(d.o.ptr, 0xFF, d.no * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d.lse.ptr, 0xFF, d.nl * 4), cudaSuccess);
+    const fa::Status s = fa::decode(d.p);
     ASSERT_TRUE(s.ok()) << s.message;
     const cudaError_t e = cudaDeviceSynchronize();
     ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-    h.o.resize(no);
-    ASSERT_EQ(cudaMemcpy(h.o.data(), dout.ptr, no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    h.o.resize(d.no);
+    ASSERT_EQ(cudaMemcpy(h.o.data(), d.o.ptr, d.no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     if (r == 0 && first_o != nullptr) *first_o = h.o;
   }
-  h.lse.resize(nl);
+  h.lse.resize(d.nl);
   h.k_after.resize(h.k.size());
   h.v_after.resize(h.v.size());
-  ASSERT_EQ(cudaMemcpy(h.lse.data(), dl.ptr, nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(h.k_after.data(), dk.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
+  ASSERT_EQ(cudaMemcpy(h.lse.data(), d.lse.ptr, d.nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(h.k_after.data(), d.k.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
             cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(h.v_after.data(), dv.ptr, h.v.size() * 2, cudaMemcpyDeviceToHost),
+  ASSERT_EQ(cudaMemcpy(h.v_after.data(), d.v.ptr, h.v.size() * 2, cudaMemcpyDeviceToHost),
             cudaSuccess);
 }
 
@@ -407,23 +425,10 @@ TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
     const uint64_t seed = run_seed() + 404;
     Host h;
     build(c, seed, h);
-    const size_t no = h.q.size();
-    const size_t nl = size_t(h.p.batch) * h.p.heads_q * h.p.seqlen_q;
-    DeviceBuffer dq(no * 2), dout(no * 2), dl(nl * 4), dk(h.k.size() * 2), dv(h.v.size() * 2),
-        ds(h.seqlens.size() * 4), dt(std::max<size_t>(h.table.size(), 1) * 4);
-    to_device(dk, h.k);
-    to_device(dv, h.v);
-    to_device(ds, h.seqlens);
-    if (!h.table.empty()) to_device(dt, h.table);
+    OnDevice d(h);
     if (HasFatalFailure()) return;
-    fa::DecodeParams p = h.p;
-    p.q.data = dq.ptr;
-    p.o.data = dout.ptr;
-    p.lse = static_cast<float*>(dl.ptr);
-    p.k_cache.data = dk.ptr;
-    p.v_cache.data = dv.ptr;
-    p.cache_seqlens = static_cast<const int32_t*>(ds.ptr);
-    if (p.page_table) p.page_table = static_cast<const int32_t*>(dt.ptr);
+    const size_t no = d.no, nl = d.nl;
+    fa::DecodeParams p = d.p;
     p.check_indices = false;  // no synchronising index copy: the call can be captured
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -433,15 +438,15 @@ TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
     int round = 0;
     auto check_round = [&](const std::function<void()>& launch, const char* what) {
       fa::reference::fill_normal(h.q.data(), std::ssize(h.q), c.dtype, seed + 1000 + round++);
-      to_device(dq, h.q);
-      ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, no * 2), cudaSuccess);
-      ASSERT_EQ(cudaMemset(dl.ptr, 0xFF, nl * 4), cudaSuccess);
+      to_device(d.q, h.q);
+      ASSERT_EQ(cudaMemset(d.o.ptr, 0xFF, no * 2), cudaSuccess);
+      ASSERT_EQ(cudaMemset(d.lse.ptr, 0xFF, nl * 4), cudaSuccess);
       launch();
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
       h.o.resize(no);
       h.lse.resize(nl);
-      ASSERT_EQ(cudaMemcpy(h.o.data(), dout.ptr, no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(h.lse.data(), dl.ptr, nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(h.o.data(), d.o.ptr, no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(h.lse.data(), d.lse.ptr, nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       SCOPED_TRACE(what);
       check_against_reference(c, h, seed);
     };
@@ -484,35 +489,18 @@ TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {
     Host h;
     build(c, run_seed(), h);
     bad.mutate(h);
-    const size_t no = h.q.size();
-    DeviceBuffer dq(no * 2), dout(no * 2), dk(h.k.size() * 2), dv(h.v.size() * 2),
-        dkn(h.kn.size() * 2), dvn(h.vn.size() * 2), ds(h.seqlens.size() * 4),
-        dt(h.table.size() * 4);
-    to_device(dq, h.q);
-    to_device(dk, h.k);
-    to_device(dv, h.v);
-    to_device(dkn, h.kn);
-    to_device(dvn, h.vn);
-    to_device(ds, h.seqlens);
-    to_device(dt, h.table);
-    ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, no * 2), cudaSuccess);
-    fa::DecodeParams p = h.p;
-    p.q.data = dq.ptr;
-    p.o.data = dout.ptr;
+    OnDevice d(h);
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(cudaMemset(d.o.ptr, 0xFF, d.no * 2), cudaSuccess);
+    fa::DecodeParams p = d.p;
     p.lse = nullptr;
-    p.k_cache.data = dk.ptr;
-    p.v_cache.data = dv.ptr;
-    p.k_new.data = dkn.ptr;
-    p.v_new.data = dvn.ptr;
-    p.cache_seqlens = static_cast<const int32_t*>(ds.ptr);
-    p.page_table = static_cast<const int32_t*>(dt.ptr);
     const fa::Status s = fa::decode(p);
     EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
     EXPECT_NE(s.message.find(bad.says), std::string::npos) << s.message;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    flashattn::testing::expect_all_poisoned(dout.ptr, no);
+    flashattn::testing::expect_all_poisoned(d.o.ptr, d.no);
     std::vector<uint16_t> k_after(h.k.size());
-    ASSERT_EQ(cudaMemcpy(k_after.data(), dk.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
+    ASSERT_EQ(cudaMemcpy(k_after.data(), d.k.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
               cudaSuccess);
     EXPECT_TRUE(k_after == h.k) << "a refused call wrote the cache";
 
