@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <vector>
 
-constexpr int kRec = 16;                         // stamps per block (slots: stamp_split)
+constexpr int kRec = 32;                         // stamps per block (slots: stamp_split)
 __device__ unsigned long long* g_tl = nullptr;   // [call][block][kRec], null: stamps off
-__device__ unsigned long long* g_tlc = nullptr;  // [call][combine block][4]
+__device__ unsigned long long* g_tlc = nullptr;  // [call][combine block][8]
 __device__ int g_call = 0;
 
 __device__ __forceinline__ unsigned long long now(int dep) {
@@ -26,8 +26,9 @@ __device__ __forceinline__ unsigned long long now(int dep) {
   return t;
 }
 
-// Split kernel slots: 0 start, 1 the length is known, 4 the warps' states are merged, 5 end
-// (thread 0); 6+w first tile landed, 10+w stream done (lane 0 of warp w); 14 the SM.
+// Split kernel slots: 0 start, 1 the length is known, 15 every warp done streaming (first
+// barrier), 4 the warps' states are merged, 5 end (thread 0); 6+w first tile landed, 10+w stream
+// done (lane 0 of warp w); 14 the SM. Slot 16 + i holds the SM clock (clock64) at stamp i.
 __device__ __forceinline__ void stamp_split(int slot, int dep) {
   unsigned long long* tl = g_tl;
   if (tl == nullptr) return;
@@ -36,6 +37,9 @@ __device__ __forceinline__ void stamp_split(int slot, int dep) {
   if (slot == 2 || slot == 3) {
     if (lane != 0) return;
     idx = (slot == 2 ? 6 : 10) + warp;
+  } else if (slot == 6) {
+    if (threadIdx.x != 0) return;
+    idx = 15;
   } else if (threadIdx.x != 0) {
     return;
   }
@@ -44,6 +48,7 @@ __device__ __forceinline__ void stamp_split(int slot, int dep) {
   const int bl = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   unsigned long long* rec = tl + (size_t(g_call) * nb + bl) * kRec;
   rec[idx] = t;
+  rec[16 + idx] = clock64();
   if (slot == 0) {
     unsigned s;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
@@ -53,7 +58,8 @@ __device__ __forceinline__ void stamp_split(int slot, int dep) {
 __device__ __forceinline__ void stamp_combine(int slot) {
   unsigned long long* tl = g_tlc;
   if (tl == nullptr || threadIdx.x != 0) return;
-  tl[(size_t(g_call) * gridDim.x + blockIdx.x) * 4 + slot] = now(0);
+  tl[(size_t(g_call) * gridDim.x + blockIdx.x) * 8 + slot] = now(0);
+  tl[(size_t(g_call) * gridDim.x + blockIdx.x) * 8 + 4 + slot] = clock64();
 }
 #define FA_DECODE_STAMP(slot, dep) stamp_split(slot, dep)
 #define FA_DECODE_STAMP_COMBINE(slot) stamp_combine(slot)
@@ -149,7 +155,7 @@ int main() {
                                                    C::kSmemBytes));
   unsigned long long *tl, *tlc;
   CK(cudaMalloc(&tl, size_t(iters) * 4096 * kRec * 8));
-  CK(cudaMalloc(&tlc, size_t(iters) * 4096 * 4 * 8));
+  CK(cudaMalloc(&tlc, size_t(iters) * 4096 * 8 * 8));
   unsigned* sink;
   CK(cudaMalloc(&sink, 1 << 20));
   struct Shape {
@@ -255,7 +261,7 @@ int main() {
         }
       }
       const double stamped = timed(decode, iters, tl, tlc);
-      std::vector<unsigned long long> h(size_t(iters) * nb * kRec), hc(size_t(iters) * rows * 4);
+      std::vector<unsigned long long> h(size_t(iters) * nb * kRec), hc(size_t(iters) * rows * 8);
       CK(cudaMemcpy(h.data(), tl, h.size() * 8, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(hc.data(), tlc, hc.size() * 8, cudaMemcpyDeviceToHost));
 
@@ -266,7 +272,8 @@ int main() {
           bytes / 1e6, p.num_splits, nb, rows);
       printf("event median: %.2f us (stamps off), %.2f us (stamps on)\n", plain, stamped);
       // Per call: times relative to the first split block's start, in us.
-      std::vector<double> start_max, len_med, first_med, first_max, stream_min, stream_med,
+      std::vector<double> cyc_bar, cyc_smem, cyc_out, cyc_comb, cyc_wait;
+    std::vector<double> start_max, len_med, first_med, first_max, stream_min, stream_med,
           stream_max, merged_max, end_med, end_max, c_start_min, c_wait_min, c_wait_max, c_end_max,
           span;
       unsigned long long min_step = ~0ull;
@@ -299,11 +306,25 @@ int main() {
         end_max.push_back(*std::max_element(en.begin(), en.end()));
         double cs = 1e30, cwmin = 1e30, cwmax = -1e30, ce = -1e30;
         for (int b = 0; b < rows && p.num_splits > 1; ++b) {
-          const unsigned long long* x = &hc[(size_t(c) * rows + b) * 4];
+          const unsigned long long* x = &hc[(size_t(c) * rows + b) * 8];
           cs = std::min(cs, rel(x[0]));
           cwmin = std::min(cwmin, rel(x[1]));
           cwmax = std::max(cwmax, rel(x[1]));
           ce = std::max(ce, rel(x[2]));
+        }
+        // SM clock cycles of the split blocks' epilogue and the combine's work (clock64 is
+        // per SM, so only differences within one block are taken).
+        for (int b = 0; b < nb; ++b) {
+          const unsigned long long* x = r + b * kRec;
+          const unsigned long long last_warp = *std::max_element(x + 26, x + 30);
+          cyc_bar.push_back(double(x[31]) - double(last_warp));
+          cyc_smem.push_back(double(x[20]) - double(x[31]));
+          cyc_out.push_back(double(x[21]) - double(x[20]));
+        }
+        for (int b = 0; b < rows && p.num_splits > 1; ++b) {
+          const unsigned long long* x = &hc[(size_t(c) * rows + b) * 8];
+          cyc_comb.push_back(double(x[6]) - double(x[5]));
+          cyc_wait.push_back(double(x[5]) - double(x[4]));
         }
         c_start_min.push_back(cs);
         c_wait_min.push_back(cwmin);
@@ -312,6 +333,18 @@ int main() {
         span.push_back(p.num_splits > 1 ? ce : end_max.back());
       }
       printf("globaltimer: smallest nonzero step seen %llu ns\n", min_step);
+      auto pct = [](std::vector<double> v, double q) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v[size_t(q * (v.size() - 1))];
+      };
+      printf("cycles (median / p90 / max over blocks and calls): split epilogue: last warp -> "
+             "first barrier %.0f/%.0f/%.0f, warp states to smem + barrier %.0f/%.0f/%.0f, merge + "
+             "partial stores %.0f/%.0f/%.0f; combine: start -> wait returns %.0f/%.0f/%.0f, "
+             "work %.0f/%.0f/%.0f\n",
+             pct(cyc_bar, .5), pct(cyc_bar, .9), pct(cyc_bar, 1), pct(cyc_smem, .5),
+             pct(cyc_smem, .9), pct(cyc_smem, 1), pct(cyc_out, .5), pct(cyc_out, .9),
+             pct(cyc_out, 1), pct(cyc_wait, .5), pct(cyc_wait, .9), pct(cyc_wait, 1),
+             pct(cyc_comb, .5), pct(cyc_comb, .9), pct(cyc_comb, 1));
       printf(
           "split blocks: last start %.2f | length known after %.2f | first tile (warp 0) median "
           "%.2f, last %.2f\n",
