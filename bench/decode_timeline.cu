@@ -272,8 +272,8 @@ int main() {
           bytes / 1e6, p.num_splits, nb, rows);
       printf("event median: %.2f us (stamps off), %.2f us (stamps on)\n", plain, stamped);
       // Per call: times relative to the first split block's start, in us.
-      std::vector<double> cyc_bar, cyc_smem, cyc_out, cyc_comb, cyc_wait;
-    std::vector<double> start_max, len_med, first_med, first_max, stream_min, stream_med,
+      std::vector<double> cyc_bar, cyc_smem, cyc_out, cyc_comb, cyc_wait, cyc_load;
+      std::vector<double> start_max, len_med, first_med, first_max, stream_min, stream_med,
           stream_max, merged_max, end_med, end_max, c_start_min, c_wait_min, c_wait_max, c_end_max,
           span;
       unsigned long long min_step = ~0ull;
@@ -324,6 +324,7 @@ int main() {
         for (int b = 0; b < rows && p.num_splits > 1; ++b) {
           const unsigned long long* x = &hc[(size_t(c) * rows + b) * 8];
           cyc_comb.push_back(double(x[6]) - double(x[5]));
+          cyc_load.push_back(double(x[7]) - double(x[5]));
           cyc_wait.push_back(double(x[5]) - double(x[4]));
         }
         c_start_min.push_back(cs);
@@ -337,14 +338,17 @@ int main() {
         std::sort(v.begin(), v.end());
         return v.empty() ? 0.0 : v[size_t(q * (v.size() - 1))];
       };
-      printf("cycles (median / p90 / max over blocks and calls): split epilogue: last warp -> "
-             "first barrier %.0f/%.0f/%.0f, warp states to smem + barrier %.0f/%.0f/%.0f, merge + "
-             "partial stores %.0f/%.0f/%.0f; combine: start -> wait returns %.0f/%.0f/%.0f, "
-             "work %.0f/%.0f/%.0f\n",
-             pct(cyc_bar, .5), pct(cyc_bar, .9), pct(cyc_bar, 1), pct(cyc_smem, .5),
-             pct(cyc_smem, .9), pct(cyc_smem, 1), pct(cyc_out, .5), pct(cyc_out, .9),
-             pct(cyc_out, 1), pct(cyc_wait, .5), pct(cyc_wait, .9), pct(cyc_wait, 1),
-             pct(cyc_comb, .5), pct(cyc_comb, .9), pct(cyc_comb, 1));
+      printf(
+          "cycles (median / p90 / max over blocks and calls): split epilogue: last warp -> "
+          "first barrier %.0f/%.0f/%.0f, warp states to smem + barrier %.0f/%.0f/%.0f, merge + "
+          "partial stores %.0f/%.0f/%.0f; combine: start -> wait returns %.0f/%.0f/%.0f, "
+          "work %.0f/%.0f/%.0f\n",
+          pct(cyc_bar, .5), pct(cyc_bar, .9), pct(cyc_bar, 1), pct(cyc_smem, .5), pct(cyc_smem, .9),
+          pct(cyc_smem, 1), pct(cyc_out, .5), pct(cyc_out, .9), pct(cyc_out, 1), pct(cyc_wait, .5),
+          pct(cyc_wait, .9), pct(cyc_wait, 1), pct(cyc_comb, .5), pct(cyc_comb, .9),
+          pct(cyc_comb, 1));
+      printf("cycles: combine, wait returns -> its warps' loads merged %.0f/%.0f/%.0f\n",
+             pct(cyc_load, .5), pct(cyc_load, .9), pct(cyc_load, 1));
       printf(
           "split blocks: last start %.2f | length known after %.2f | first tile (warp 0) median "
           "%.2f, last %.2f\n",

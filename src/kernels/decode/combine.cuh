@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     }
     m = m_new;
   }
+  FA_DECODE_STAMP_COMBINE(3);
 #pragma unroll
   for (int c = 0; c < kPer; ++c) part[warp][lane * kPer + c] = acc[c];
   if (lane == 0) {
