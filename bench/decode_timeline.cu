@@ -1,11 +1,12 @@
 // Where a short decode step spends its time: the split and combine kernels of the library, with
-// %globaltimer stamps compiled in (the FA_DECODE_STAMP hooks of kernel.cuh and combine.cuh), timed
-// as flashattn-bench --decode times them (events around each call, enqueued back to back, inputs
-// rotated over > 256 MB, median of 30) beside a plain read of the same bytes. A diagnosis tool,
-// not part of the library build: the stamps cost a global store each. Build and run on the GPU
-// machine (from the repository root):
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
-//     -o /tmp/dtl bench/decode_timeline.cu src/api/decode_splits.cpp && /tmp/dtl
+// %globaltimer and clock64 stamps compiled in (the FA_DECODE_STAMP hooks of kernel.cuh and
+// combine.cuh; empty in the library), with 4- and 8-warp split blocks at several split counts,
+// timed as flashattn-bench --decode times them (events around each call, enqueued back to back,
+// inputs rotated over > 256 MB, median of 30) beside a plain read of the same bytes. A diagnosis
+// tool, not part of the library build: the stamps cost a global store each. Build and run on the
+// GPU machine (from the repository root):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -o /tmp/dtl
+//     bench/decode_timeline.cu src/api/decode_splits.cpp   (one command), then /tmp/dtl
 // For each shape it prints the event-timed median with stamps off and on, and the medians over
 // the timed calls of the stamps relative to the first split block's start (microseconds).
 #include <cuda_runtime.h>
