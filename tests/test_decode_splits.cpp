@@ -2,7 +2,7 @@
 // batch cannot, never splits a sequence into slivers, and leaves large batches unsplit.
 #include <gtest/gtest.h>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 #include "api/decode_splits.h"
 
 namespace {

@@ -89,6 +89,23 @@ inline void set_contiguous_strides(int64_t (&stride)[4], int64_t seqlen, int64_t
 }
 
 // ---------------------------------------------------------------------------------------------
+// Debug switches
+// ---------------------------------------------------------------------------------------------
+// Switches for ablations and diagnosis (the bench CLI sets them; the library reads no environment
+// variable). The defaults are the measured best: leave them alone outside experiments.
+struct DebugOptions {
+  // FlashAttention-4's conditional rescaling of O in the Hopper softmax (K4-K6): keep a row's
+  // reference max while it grew by at most 8 (log2 units). Off: rescale whenever the max moves.
+  bool conditional_rescale = true;
+  // K6: one block per SM walks the tiles (persistent). Off: one block per tile, scheduled by the
+  // hardware.
+  bool persistent = true;
+  // Builds with -DFLASHATTN_TIMELINE=ON only: the file each Hopper launch writes its per-warp
+  // timeline to (bench/timeline.py reads it); null writes nothing. Ignored by other builds.
+  const char* timeline_out = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Forward
 // ---------------------------------------------------------------------------------------------
 // Shapes:  q (batch, seqlen_q, heads_q,  head_dim)      k (batch, seqlen_k, heads_kv, head_dim)
@@ -137,6 +154,8 @@ struct ForwardParams {
   int total_k = 0;  // packed key tokens,   = cu_seqlens_k[batch]
 
   void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
+
+  DebugOptions debug;  // ablation and diagnosis switches; the defaults are the measured best
 };
 
 // Checks every rule for `params` run on `kernel`; ok when forward() would run.

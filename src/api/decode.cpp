@@ -4,8 +4,9 @@
 
 #include <algorithm>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 #include "api/decode_splits.h"
+#include "kernels/decode/entry.h"
 #include "common/cuda_check.h"
 #include "common/workspace.h"
 #include "flashattn/flashattn.h"

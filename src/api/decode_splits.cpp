@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 
 namespace flashattn {
 

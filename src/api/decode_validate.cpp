@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 #include "common/cuda_check.h"
 
 namespace flashattn {

@@ -1,8 +1,12 @@
 // forward(): validate, resolve `auto`, normalise the parameters into a Problem, and hand it to
 // the chosen family's launcher.
-#include "api/launchers.h"
-#include "api/problem.h"
+#include "common/problem.h"
 #include "flashattn/flashattn.h"
+#include "kernels/cpu/entry.h"
+#include "kernels/fa2_sm80/entry.h"
+#include "kernels/fa3_sm90/entry.h"
+#include "kernels/k1_naive/entry.h"
+#include "kernels/k2_simt/entry.h"
 
 namespace flashattn {
 
@@ -17,9 +21,9 @@ Status forward(const ForwardParams& params, Kernel kernel) {
     case Kernel::k2: return k2_forward(problem);
     case Kernel::fa2: return fa2_forward(problem);
     case Kernel::k3: return k3_forward(problem);
-    case Kernel::k4: return k4_forward(problem);
-    case Kernel::k5: return k5_forward(problem);
-    case Kernel::k6: return k6_forward(problem);
+    case Kernel::k4: return k4_forward(problem, params.debug);
+    case Kernel::k5: return k5_forward(problem, params.debug);
+    case Kernel::k6: return k6_forward(problem, params.debug);
     default: break;
   }
   return {StatusCode::unsupported, std::string("kernel ") + kernel_name(kernel) +

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "api/problem.h"
+#include "common/problem.h"
 
 namespace flashattn {
 

@@ -11,7 +11,7 @@
 
 #include "common/host_dtype.h"
 #include "flashattn/reference.h"
-#include "reference/host_parallel.h"
+#include "common/host_parallel.h"
 
 namespace flashattn::reference {
 namespace {

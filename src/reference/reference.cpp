@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/host_dtype.h"
-#include "reference/host_parallel.h"
+#include "common/host_parallel.h"
 
 namespace flashattn::reference {
 namespace {

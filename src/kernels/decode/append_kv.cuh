@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 
 namespace flashattn::decoding {
 

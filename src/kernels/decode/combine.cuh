@@ -27,7 +27,7 @@
 
 #include <cstdint>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 #include "common/convert.cuh"
 #include "kernels/decode/ptx_sm80.cuh"
 
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
   }
   if (p.lse != nullptr && lane == 0) {
     p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] =
-        W > 0.f ? (M + log2f(W)) * 0.6931471805599453f : neg_inf;
+        W > 0.f ? (M + log2f(W)) * kLn2 : neg_inf;
   }
   FA_DECODE_STAMP_COMBINE(2);
 }

@@ -13,9 +13,10 @@
 
 #include <cstdint>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 #include "common/convert.cuh"
 #include "common/mask.h"
+#include "common/math_constants.h"
 #include "kernels/decode/ptx_sm80.cuh"
 #include "kernels/decode/tile_size.h"
 
@@ -29,7 +30,6 @@ namespace flashattn::decoding {
 
 inline constexpr int kRows = kDecodeRowsPerBlock;   // 16
 inline constexpr int kBlockN = kDecodeKeysPerTile;  // 16
-inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
 template <typename Element_, int kHeadDim_, int kWarps_ = kDecodeWarps>

@@ -4,7 +4,7 @@
 #include <string>
 #include <type_traits>
 
-#include "api/decode_problem.h"
+#include "kernels/decode/entry.h"
 #include "kernels/decode/append_kv.cuh"
 #include "kernels/decode/launch.cuh"
 

@@ -9,7 +9,7 @@
 #include <atomic>
 #include <string>
 
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 #include "common/cuda_check.h"
 #include "kernels/decode/combine.cuh"
 #include "kernels/decode/kernel.cuh"

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cute/arch/copy_sm80.hpp>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "common/convert.cuh"
 #include "common/mask.h"
 #include "common/sequence_view.cuh"

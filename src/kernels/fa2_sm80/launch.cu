@@ -1,6 +1,6 @@
 // fa2_forward: the FA2 entry point, dispatching on (dtype, head_dim, head_dim_v) to the
 // instantiations in inst/.
-#include "api/launchers.h"
+#include "kernels/fa2_sm80/entry.h"
 #include "kernels/fa2_sm80/launch.cuh"
 
 namespace flashattn {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "common/cuda_check.h"
 #include "common/launch_limits.h"
 #include "kernels/fa2_sm80/kernel.cuh"

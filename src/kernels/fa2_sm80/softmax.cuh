@@ -11,11 +11,11 @@
 
 #include "common/convert.cuh"
 #include "common/mask.h"
+#include "common/math_constants.h"
 #include "kernels/fa2_sm80/warp_mma_sm80.cuh"
 
 namespace flashattn::fa2 {
 
-inline constexpr float kLn2 = 0.6931471805599453f;
 
 // Sets S to -inf where mask hides (row, key). Per row the visible keys are one interval of the
 // shared Mask: key - diagonal(row) in [lo, hi] (lo = -left, hi = right; unbounded when -1) and

@@ -8,11 +8,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "common/cuda_check.h"
 #include "common/workspace.h"
 #include "kernels/fa3_sm90/kernel_fwd_sm90.cuh"
@@ -38,23 +36,10 @@ auto gmem_tensor(const void* data, int tokens, int dim, int heads, int batch,
                                  used(batch, stride[0])));
 }
 
-// FlashAttention-4's run-time softmax switch (SoftmaxOptions), for ablations: FLASHATTN_FA4 =
-// "none" or "rescale"; unset means the defaults measured best (docs/PERF.md).
-inline SoftmaxOptions softmax_options() {
-  static const SoftmaxOptions options = [] {
-    SoftmaxOptions o;
-    if (const char* env = std::getenv("FLASHATTN_FA4")) {
-      o.conditional_rescale = std::strstr(env, "rescale") != nullptr;
-    }
-    return o;
-  }();
-  return options;
-}
-
 // The family's kernel parameters for config C (K3 to K6): TMA descriptors over q, k, v, the
 // softmax switches and the tile order. `tiles` is the number of tiles (0: nothing to launch).
 template <class C>
-Status make_params(const Problem& p, Params<C>& params, int& tiles) {
+Status make_params(const Problem& p, const DebugOptions& debug, Params<C>& params, int& tiles) {
   constexpr int kHeadDim = C::kHeadDim, kHeadDimV = C::kHeadDimV;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int batch = varlen ? 1 : p.batch;
@@ -80,7 +65,7 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
                                  product_each(shape(typename C::SmemLayoutOWG{})), _1{});
     params.shape_o = o.shape();
   }
-  params.softmax = softmax_options();
+  params.softmax.conditional_rescale = debug.conditional_rescale;
   params.tile_counter = nullptr;
 
   const int num_m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
@@ -102,26 +87,18 @@ Status make_params(const Problem& p, Params<C>& params, int& tiles) {
   return Status::success();
 }
 
-// K6 walks the tiles with one block per SM (persistent) unless FLASHATTN_K6_PERSISTENT=0, which
-// launches one block per tile instead (the kernel's rounds then end after the first): an
-// ablation of the persistent grid against the hardware's own block scheduling.
-inline bool persistent_grid() {
-  static const bool persistent = [] {
-    const char* env = std::getenv("FLASHATTN_K6_PERSISTENT");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return persistent;
-}
-
 template <class Element, int kHeadDim, int kHeadDimV, Stage kStage>
-Status run_forward(const Problem& p) {
+Status run_forward(const Problem& p, const DebugOptions& debug) {
   using C = Config<Element, kHeadDim, kHeadDimV, kStage>;
   Params<C> params;
   int tiles = 0;
-  if (Status s = make_params(p, params, tiles); !s.ok()) return s;
+  if (Status s = make_params(p, debug, params, tiles); !s.ok()) return s;
   if (tiles == 0) return Status::success();
   int grid = tiles;
-  const bool persistent = C::kPersistent && persistent_grid();
+  // K6 walks the tiles with one block per SM unless debug.persistent is off, which launches one
+  // block per tile instead (the kernel's rounds then end after the first): an ablation of the
+  // persistent grid against the hardware's own block scheduling.
+  const bool persistent = C::kPersistent && debug.persistent;
   if (persistent) {
     int device = 0, sms = 0;
     FA_CUDA_TRY(cudaGetDevice(&device));
@@ -149,28 +126,28 @@ Status run_forward(const Problem& p) {
   const cudaError_t launched = cudaGetLastError();
   const Status freed = workspace_free(counter, stream);
   if (launched != cudaSuccess) return cuda_status(launched, "hopper fwd_kernel launch");
-  FA_TL_DUMP();
+  FA_TL_DUMP(debug.timeline_out);
   return freed;
 }
 
 #define FA_FA3_EXTERN(stage)                                                       \
-  extern template Status run_forward<cutlass::bfloat16_t, 64, 64, stage>(const Problem&);   \
-  extern template Status run_forward<cutlass::bfloat16_t, 96, 96, stage>(const Problem&);   \
-  extern template Status run_forward<cutlass::bfloat16_t, 128, 128, stage>(const Problem&); \
-  extern template Status run_forward<cutlass::bfloat16_t, 192, 192, stage>(const Problem&); \
-  extern template Status run_forward<cutlass::bfloat16_t, 192, 128, stage>(const Problem&); \
-  extern template Status run_forward<cutlass::bfloat16_t, 256, 256, stage>(const Problem&); \
-  extern template Status run_forward<cutlass::half_t, 64, 64, stage>(const Problem&);       \
-  extern template Status run_forward<cutlass::half_t, 96, 96, stage>(const Problem&);       \
-  extern template Status run_forward<cutlass::half_t, 128, 128, stage>(const Problem&);     \
-  extern template Status run_forward<cutlass::half_t, 192, 192, stage>(const Problem&);     \
-  extern template Status run_forward<cutlass::half_t, 192, 128, stage>(const Problem&);     \
-  extern template Status run_forward<cutlass::half_t, 256, 256, stage>(const Problem&);
+  extern template Status run_forward<cutlass::bfloat16_t, 64, 64, stage>(const Problem&, const DebugOptions&);   \
+  extern template Status run_forward<cutlass::bfloat16_t, 96, 96, stage>(const Problem&, const DebugOptions&);   \
+  extern template Status run_forward<cutlass::bfloat16_t, 128, 128, stage>(const Problem&, const DebugOptions&); \
+  extern template Status run_forward<cutlass::bfloat16_t, 192, 192, stage>(const Problem&, const DebugOptions&); \
+  extern template Status run_forward<cutlass::bfloat16_t, 192, 128, stage>(const Problem&, const DebugOptions&); \
+  extern template Status run_forward<cutlass::bfloat16_t, 256, 256, stage>(const Problem&, const DebugOptions&); \
+  extern template Status run_forward<cutlass::half_t, 64, 64, stage>(const Problem&, const DebugOptions&);       \
+  extern template Status run_forward<cutlass::half_t, 96, 96, stage>(const Problem&, const DebugOptions&);       \
+  extern template Status run_forward<cutlass::half_t, 128, 128, stage>(const Problem&, const DebugOptions&);     \
+  extern template Status run_forward<cutlass::half_t, 192, 192, stage>(const Problem&, const DebugOptions&);     \
+  extern template Status run_forward<cutlass::half_t, 192, 128, stage>(const Problem&, const DebugOptions&);     \
+  extern template Status run_forward<cutlass::half_t, 256, 256, stage>(const Problem&, const DebugOptions&);
 FA_FA3_EXTERN(Stage::k6)
 #undef FA_FA3_EXTERN
-extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k4>(const Problem&);
-extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k4>(const Problem&);
-extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k5>(const Problem&);
-extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k5>(const Problem&);
+extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k4>(const Problem&, const DebugOptions&);
+extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k4>(const Problem&, const DebugOptions&);
+extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k5>(const Problem&, const DebugOptions&);
+extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k5>(const Problem&, const DebugOptions&);
 
 }  // namespace flashattn::fa3

@@ -1,6 +1,6 @@
 // k3_forward: the K3 entry point. A step of the Hopper story, built for head dim 128 only
 // (can_implement refuses the others; K6 has every head dim).
-#include "api/launchers.h"
+#include "kernels/fa3_sm90/entry.h"
 #include "kernels/fa3_sm90/launch_k3.cuh"
 
 namespace flashattn {

@@ -8,7 +8,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "common/cuda_check.h"
 #include "kernels/fa3_sm90/kernel_fwd_sm90_tma_simt.cuh"
 #include "kernels/fa3_sm90/launch.cuh"
@@ -22,7 +22,7 @@ Status run_forward_tma_simt(const Problem& p) {
   // longest-first order for causal and windowed masks is K2's launch order.
   Params<C> params;
   int tiles = 0;
-  if (Status s = make_params(p, params, tiles); !s.ok()) return s;
+  if (Status s = make_params(p, DebugOptions{}, params, tiles); !s.ok()) return s;
   if (tiles == 0) return Status::success();
   const auto kernel = fwd_kernel_tma_simt<C>;
   FA_CUDA_TRY(

@@ -10,7 +10,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "common/mask.h"
 #include "common/named_barrier.cuh"
 #include "common/sequence_view.cuh"

@@ -13,12 +13,12 @@
 #include "common/convert.cuh"
 #include "common/exp2_poly.h"
 #include "common/mask.h"
+#include "common/math_constants.h"
 
 namespace flashattn::fa3 {
 
 using namespace cute;
 
-inline constexpr float kLn2 = 0.6931471805599453f;
 
 // ((2, 2, V), M, N) accumulator layout -> ((2, M), (2, V, N)): rows, then columns.
 template <class L>

@@ -5,7 +5,7 @@
 // The first kTraceBlocks blocks record (tag, SM clock) pairs from one thread per role: the
 // producer thread and lane 0 of each consumer warpgroup's first warp. After each launch the host
 // side (FA_TL_DUMP, in run_forward) copies the records of that launch into the file named
-// by FLASHATTN_TIMELINE_OUT, overwriting it; bench/timeline.py reads it. The stamps cost a clock
+// by DebugOptions::timeline_out (flashattn-bench --timeline-out), overwriting it; bench/timeline.py reads it. The stamps cost a clock
 // read, a shared-memory counter and a global store each, so the traced kernel runs slightly
 // slower than the real one: read the timeline for where time goes, not for absolute speed.
 #pragma once
@@ -15,12 +15,11 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 
 namespace flashattn::fa3::timeline {
 
 inline constexpr int kTraceBlocks = 8;
-inline constexpr int kRoles = 3;  // producer, consumer warpgroup 0, consumer warpgroup 1
+inline constexpr int kRoles = 4;  // producer, consumer warpgroups 0 to 2 (three at head dim 64)
 inline constexpr int kMaxEvents = 8192;
 
 enum Tag : unsigned {
@@ -84,11 +83,10 @@ __device__ __forceinline__ void stamp(int role, unsigned tag) {
   if (tag == kExit) counts[b][role] = min(i + 1, kMaxEvents);
 }
 
-// Host: after a launch, when FLASHATTN_TIMELINE_OUT names a file, waits for the kernel and writes
-// its records there: int32 blocks, roles, then per (block, role) an int32 count and that many
+// Host: after a launch, when `path` (DebugOptions::timeline_out) names a file, waits for the kernel
+// and writes its records there: int32 blocks, roles, then per (block, role) an int32 count and that many
 // (uint32 tag, uint32 SM clock) records.
-inline void dump() {
-  const char* path = std::getenv("FLASHATTN_TIMELINE_OUT");
+inline void dump(const char* path) {
   if (path == nullptr) return;
   static uint2 host[kTraceBlocks][kRoles][kMaxEvents];
   static int n[kTraceBlocks][kRoles];
@@ -118,7 +116,7 @@ inline void dump() {
     if (::flashattn::fa3::timeline::tid_x() % 128 == 0)                         \
       ::flashattn::fa3::timeline::stamp(role, ::flashattn::fa3::timeline::tag); \
   } while (0)
-#define FA_TL_DUMP() ::flashattn::fa3::timeline::dump()
+#define FA_TL_DUMP(path) ::flashattn::fa3::timeline::dump(path)
 #else
 #define FA_TL_INIT() \
   do {               \
@@ -126,7 +124,7 @@ inline void dump() {
 #define FA_TL(role, tag) \
   do {                   \
   } while (0)
-#define FA_TL_DUMP() \
-  do {               \
+#define FA_TL_DUMP(path) \
+  do {                   \
   } while (0)
 #endif

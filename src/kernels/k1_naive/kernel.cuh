@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "common/convert.cuh"
 
 namespace flashattn::k1 {

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "api/launchers.h"
+#include "kernels/k1_naive/entry.h"
 #include "common/cuda_check.h"
 #include "common/workspace.h"
 #include "kernels/k1_naive/kernel.cuh"

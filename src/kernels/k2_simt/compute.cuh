@@ -24,12 +24,12 @@
 
 #include "common/convert.cuh"
 #include "common/mask.h"
+#include "common/math_constants.h"
 
 namespace flashattn::k2 {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kRowsPerThread = 4;
-inline constexpr float kLn2 = 0.6931471805599453f;
 
 struct TileShape {
   int block_q;  // Br, query rows per block

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "kernels/k2_simt/compute.cuh"
 
 namespace flashattn::k2 {

@@ -1,6 +1,6 @@
 // k2_forward: the K2 entry point, dispatching on (dtype, head_dim, head_dim_v) to the
 // instantiations in inst/.
-#include "api/launchers.h"
+#include "kernels/k2_simt/entry.h"
 #include "kernels/k2_simt/launch.cuh"
 
 namespace flashattn {

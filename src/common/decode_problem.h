@@ -1,11 +1,12 @@
 // The validated, normalised form of DecodeParams that the decode kernels receive (by value, as a
-// kernel argument), and the entry points of the decode family (src/kernels/decode/launch.cu).
+// kernel argument). The family's entry points are in src/kernels/decode/entry.h.
 // Built only by make_decode_problem() after can_implement() passed.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "common/math_constants.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn {
@@ -95,19 +96,12 @@ inline DecodeProblem make_decode_problem(const DecodeParams& p) {
   d.seqlen_new = p.k_new.data != nullptr ? p.seqlen_new : 0;
   const float scale =
       p.softmax_scale != 0.f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-  d.scale_log2 = scale * 1.4426950408889634f;
+  d.scale_log2 = scale * kLog2e;
   d.window_left = p.window_left;
   d.window_right = p.causal ? 0 : p.window_right;
   d.num_splits = 1;
   d.stream = p.stream;
   return d;
 }
-
-// Decode family entry points (src/kernels/decode/launch.cu).
-// Thread blocks of the split kernel that fit on one SM at once, for the split heuristic.
-Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks);
-// Appends k_new/v_new (when given), runs the split kernel and, with num_splits > 1, the combine
-// kernel, all on problem.stream. The partial buffers must be set when num_splits > 1.
-Status decode_run(const DecodeProblem& problem);
 
 }  // namespace flashattn

@@ -7,11 +7,10 @@
 #include <cstdint>
 
 #include "common/mask.h"
+#include "common/math_constants.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn {
-
-inline constexpr float kLog2e = 1.4426950408889634f;
 
 struct Problem {
   DType dtype = DType::bf16;

@@ -17,9 +17,9 @@
 #include <limits>
 #include <vector>
 
-#include "api/launchers.h"
+#include "kernels/cpu/entry.h"
 #include "common/host_dtype.h"
-#include "reference/host_parallel.h"
+#include "common/host_parallel.h"
 
 namespace flashattn {
 namespace {
@@ -30,7 +30,6 @@ constexpr int kTileK = 64;  // keys per block
 // SSE registers, four AVX ones), with one row of B loaded per k.
 constexpr int kBlockM = 4;
 constexpr int kBlockN = 8;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 constexpr int round_up(int x, int m) {

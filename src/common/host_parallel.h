@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/problem.h"
+#include "common/problem.h"
 #include "common/mask.h"
 #include "flashattn/flashattn.h"
 

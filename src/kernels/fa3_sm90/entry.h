@@ -1,0 +1,15 @@
+// The Hopper family's entry points for the dispatch layer (sm_90a): K3 (TMA + K2's SIMT math,
+// launch_k3.cu) and the wgmma schedules K4, K5, K6 (launch.cu). Each takes a validated Problem
+// and the caller's debug switches; enqueues on problem.stream and returns the launch status.
+#pragma once
+
+#include "common/problem.h"
+
+namespace flashattn {
+
+Status k3_forward(const Problem& problem);
+Status k4_forward(const Problem& problem, const DebugOptions& debug);
+Status k5_forward(const Problem& problem, const DebugOptions& debug);
+Status k6_forward(const Problem& problem, const DebugOptions& debug);
+
+}  // namespace flashattn
