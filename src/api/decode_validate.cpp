@@ -5,14 +5,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <vector>
 
-#include "common/decode_problem.h"
+#include "api/tensor_check.h"
 #include "common/cuda_check.h"
+#include "common/decode_problem.h"
+#include "common/head_dims.h"
 
 namespace flashattn {
 namespace {
@@ -35,68 +37,6 @@ int cache_rows(const DecodeParams& p) {
   return p.cache_batch > 0 ? p.cache_batch : p.batch;
 }
 
-// Where a pointer lives, as far as CUDA can tell (no driver: host memory).
-struct Location {
-  bool host_ok = true, device_ok = false;
-  int device = -1;
-};
-Location locate(const void* ptr) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {};
-  }
-  switch (attr.type) {
-    case cudaMemoryTypeDevice: return {false, true, attr.device};
-    case cudaMemoryTypeManaged: return {true, true, attr.device};
-    case cudaMemoryTypeHost: return {true, attr.devicePointer != nullptr, attr.device};
-    default: return {};
-  }
-}
-
-struct Tensor {
-  const char* name;
-  const void* data;
-  const int64_t (&stride)[4];
-  std::array<int64_t, 4> size;
-};
-
-// [begin, end) bytes a strided tensor can touch.
-std::array<uintptr_t, 2> extent(const Tensor& t) {
-  int64_t last = 0;
-  for (int i = 0; i < 4; ++i) {
-    if (t.size[i] <= 0) return {0, 0};
-    last += (t.size[i] - 1) * t.stride[i];
-  }
-  const auto b = reinterpret_cast<uintptr_t>(t.data);
-  return {b, b + static_cast<uintptr_t>((last + 1) * 2)};
-}
-bool overlaps(std::array<uintptr_t, 2> a, std::array<uintptr_t, 2> b) {
-  return a[0] < a[1] && b[0] < b[1] && a[0] < b[1] && b[0] < a[1];
-}
-
-Status check_tensor(const Tensor& t) {
-  const std::string n = t.name;
-  if (t.data == nullptr) return invalid(n + ".data: must not be null");
-  if (t.stride[3] != 1) {
-    return invalid(n +
-                   ".stride[3]: the last (head_dim) dimension must be contiguous (stride 1), got " +
-                   str(t.stride[3]));
-  }
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
-    return invalid(n + ".data: must be 16-byte aligned (kernels load 16-byte vectors)");
-  }
-  for (int i = 0; i < 3; ++i) {
-    if (t.stride[i] < 0)
-      return invalid(n + ".stride[" + str(i) + "]: must be >= 0, got " + str(t.stride[i]));
-    if (t.stride[i] % 8 != 0) {
-      return invalid(n + ".stride[" + str(i) +
-                     "]: must be a multiple of 8 elements (16 bytes), got " + str(t.stride[i]));
-    }
-  }
-  return Status::success();
-}
-
 // Copies `n` int32 from `src` (host or device memory) to the host, ordered on `stream`.
 Status to_host(const int32_t* src, int64_t n, cudaStream_t stream, std::vector<int32_t>& dst) {
   dst.resize(static_cast<size_t>(n));
@@ -116,79 +56,43 @@ Status check_memory(const DecodeParams& p) {
   const int64_t cb = paged ? p.num_pages : cache_rows(p);
   const int64_t cs = paged ? p.page_size : p.cache_seqlen;
   const bool append = p.seqlen_new > 0;
-  std::vector<Tensor> inputs = {{"q", p.q.data, p.q.stride, {b, sq, hq, d}},
-                                {"k_cache", p.k_cache.data, p.k_cache.stride, {cb, cs, hkv, d}},
-                                {"v_cache", p.v_cache.data, p.v_cache.stride, {cb, cs, hkv, d}}};
+  std::vector<TensorArg> inputs = {tensor_arg("q", p.q, {b, sq, hq, d}, p.dtype),
+                                   tensor_arg("k_cache", p.k_cache, {cb, cs, hkv, d}, p.dtype),
+                                   tensor_arg("v_cache", p.v_cache, {cb, cs, hkv, d}, p.dtype)};
   if (append) {
-    inputs.push_back({"k_new", p.k_new.data, p.k_new.stride, {b, p.seqlen_new, hkv, d}});
-    inputs.push_back({"v_new", p.v_new.data, p.v_new.stride, {b, p.seqlen_new, hkv, d}});
+    inputs.push_back(tensor_arg("k_new", p.k_new, {b, p.seqlen_new, hkv, d}, p.dtype));
+    inputs.push_back(tensor_arg("v_new", p.v_new, {b, p.seqlen_new, hkv, d}, p.dtype));
   }
-  const Tensor o{"o", p.o.data, p.o.stride, {b, sq, hq, d}};
-  for (const Tensor& t : inputs) {
-    if (Status s = check_tensor(t); !s.ok()) return s;
-  }
+  const TensorArg o = tensor_arg("o", p.o, {b, sq, hq, d}, p.dtype);
+  if (Status s = check_tensors(inputs); !s.ok()) return s;
   if (Status s = check_tensor(o); !s.ok()) return s;
-  const std::pair<const char*, const void*> ints[] = {{"cache_seqlens", p.cache_seqlens},
-                                                      {"page_table", p.page_table},
-                                                      {"cache_batch_idx", p.cache_batch_idx}};
+  const NamedPointer ints[] = {{"cache_seqlens", p.cache_seqlens},
+                               {"page_table", p.page_table},
+                               {"cache_batch_idx", p.cache_batch_idx}};
   for (const auto& [name, ptr] : ints) {
     if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0)
-      return invalid(std::string(name) + ": must be a 4-byte aligned int32 array");
+      return invalid(name + ": must be a 4-byte aligned int32 array");
   }
   if (reinterpret_cast<uintptr_t>(p.lse) % 4 != 0) return invalid("lse: must be 4-byte aligned");
 
   // Outputs alias no input (the cache is written by the append and read afterwards); k_new/v_new
   // must not overlap the cache they are copied into.
-  const int64_t lse_stride[4] = {hq * sq, sq, 1, 1};
-  const Tensor lse{"lse", p.lse, lse_stride, {b, hq, sq, 1}};
-  const auto lse_x =
-      p.lse ? std::array<uintptr_t, 2>{extent(lse)[0],
-                                       extent(lse)[0] + static_cast<uintptr_t>(b * hq * sq * 4)}
-            : std::array<uintptr_t, 2>{0, 0};
-  for (const Tensor& t : inputs) {
-    if (overlaps(extent(o), extent(t)))
-      return invalid(std::string("o: overlaps input ") + t.name +
-                     "; the output must not alias an input");
-    if (overlaps(lse_x, extent(t))) return invalid(std::string("lse: overlaps input ") + t.name);
-  }
-  if (overlaps(lse_x, extent(o))) return invalid("lse: overlaps the output o");
+  const TensorArg outputs[] = {o, lse_arg(p.lse, b, hq, sq)};
+  if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
   if (append) {
     for (int i = 3; i < 5; ++i)
       for (int c = 1; c < 3; ++c)
-        if (overlaps(extent(inputs[i]), extent(inputs[c])))
+        if (byte_range(inputs[i]).overlaps(byte_range(inputs[c])))
           return invalid(std::string(inputs[i].name) + ": overlaps " + inputs[c].name +
                          ", which it is appended to");
   }
 
-  int count = 0, current = -1;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
-      cudaGetDevice(&current) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {StatusCode::unsupported, "decode: needs a CUDA device and none is available"};
-  }
-  std::vector<std::pair<std::string, const void*>> ptrs;
-  for (const Tensor& t : inputs) ptrs.emplace_back(std::string(t.name) + ".data", t.data);
-  ptrs.emplace_back("o.data", p.o.data);
-  ptrs.emplace_back("lse", p.lse);
-  for (const auto& [name, ptr] : ints) ptrs.emplace_back(name, ptr);
-  for (const auto& [name, ptr] : ptrs) {
-    if (ptr == nullptr) continue;
-    const Location loc = locate(ptr);
-    if (!loc.device_ok) return invalid(name + ": decode needs device memory, got host memory");
-    if (loc.device >= 0 && loc.device != current) {
-      return invalid(name + ": lives on device " + str(loc.device) + " but the current device is " +
-                     str(current));
-    }
-  }
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {StatusCode::cuda_error, "cudaDeviceGetAttribute failed for the current device"};
-  }
-  if (major < 8)
-    return {StatusCode::unsupported,
-            "decode: needs compute capability 8.0+, device is " + str(major) + ".x"};
-  return Status::success();
+  std::vector<NamedPointer> pointers;
+  for (const TensorArg& t : inputs) pointers.push_back(data_pointer(t));
+  pointers.push_back(data_pointer(o));
+  pointers.push_back({"lse", p.lse});
+  pointers.insert(pointers.end(), std::begin(ints), std::end(ints));
+  return check_placement({.who = "decode", .min_cc = 80}, pointers);
 }
 
 }  // namespace
@@ -218,8 +122,9 @@ Status check_decode_shapes(const DecodeParams& p) {
     return invalid("heads_q: must be a multiple of heads_kv (" + str(p.heads_q) +
                    " is not a multiple of " + str(p.heads_kv) + ")");
   }
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
-    return invalid("head_dim: decode supports 64, 128 or 256, got " + str(p.head_dim));
+  if (!head_dims_in<kDecodeHeadDims>(p.head_dim, p.head_dim)) {
+    return invalid("head_dim: decode supports " + head_dims_text<kDecodeHeadDims>() + ", got " +
+                   str(p.head_dim));
   }
   if (!std::isfinite(p.softmax_scale)) return invalid("softmax_scale: must be finite");
   if (p.window_left < -1)
