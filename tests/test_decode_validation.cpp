@@ -235,6 +235,23 @@ TEST(DecodeIndices, UnreadPagesAndReadOnlySharingAreAccepted) {
   EXPECT_TRUE(shared.indices().ok()) << shared.indices().message;
 }
 
+// FP8 is a dtype of the API that no decode kernel runs yet: `unsupported`, after the shape rules
+// and before any memory is looked at.
+TEST(DecodeValidation, Fp8HasNoKernel) {
+  for (fa::DType d : {fa::DType::e4m3, fa::DType::e5m2}) {
+    HostDecode h(false);
+    h.p.dtype = d;
+    const fa::Status s = fa::check_decode_shapes(h.p);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_EQ(s.message, std::string("dtype: ") + fa::dtype_name(d) +
+                             " has no decode kernel in this build");
+    EXPECT_EQ(fa::can_implement(h.p).message, s.message);
+    EXPECT_EQ(fa::decode(h.p).code, fa::StatusCode::unsupported);
+    h.p.seqlen_q = 0;  // a broken rule is reported before the missing kernel
+    EXPECT_EQ(fa::check_decode_shapes(h.p).code, fa::StatusCode::invalid_argument);
+  }
+}
+
 TEST(DecodeValidation, HostMemoryIsRefused) {
   HostDecode h(false);
   const fa::Status s = fa::can_implement(h.p);

@@ -35,11 +35,13 @@ const char* status_code_name(StatusCode code);
 // ---------------------------------------------------------------------------------------------
 // Element types and kernel families
 // ---------------------------------------------------------------------------------------------
-enum class DType : int { bf16 = 0, fp16 = 1 };
+// FP8 (e4m3, e5m2: one byte each) is a dtype like the others; no kernel of this build runs it yet,
+// so can_implement() answers `unsupported` for it.
+enum class DType : int { bf16 = 0, fp16 = 1, e4m3 = 2, e5m2 = 3 };
 
-const char* dtype_name(DType dtype);
-std::optional<DType> parse_dtype(std::string_view name);
-int dtype_size(DType dtype);
+const char* dtype_name(DType dtype);                      // "bf16", "fp16", "e4m3", "e5m2"
+std::optional<DType> parse_dtype(std::string_view name);  // also "float16", "float8_e4m3fn", ...
+int dtype_size(DType dtype);                              // bytes per element; 0 if unknown
 
 // Every kernel family of the lineage. A family that is not built yet answers `unsupported`.
 enum class Kernel : int {
@@ -52,6 +54,8 @@ enum class Kernel : int {
   k4,             // + WGMMA, P kept in registers
   k5,             // + warp specialisation
   k6,             // + ping-pong, intra-warpgroup overlap, persistent scheduler (production path)
+  // Lineage names of the FP8 steps, not families of their own: FP8 is a dtype (e4m3), and its
+  // kernels will be a mainloop of the Hopper family these names map onto.
   k7,             // FP8 e4m3 forward
   k8,             // FP8 + incoherent processing + block quantisation
 };

@@ -41,6 +41,16 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
   }
 }
 
+// Element types some kernel of this build runs. e4m3 and e5m2 are dtypes of the API and the C ABI
+// that no kernel runs yet: can_implement answers `unsupported` for them (FP8 forward will be a
+// mainloop of the Hopper family).
+constexpr bool dtype_has_kernel(DType dtype) {
+  return dtype == DType::bf16 || dtype == DType::fp16;
+}
+constexpr bool dtype_is_fp8(DType dtype) {
+  return dtype == DType::e4m3 || dtype == DType::e5m2;
+}
+
 // GPU families from fastest to slowest: the first built one the device supports is `auto`.
 inline constexpr Kernel kGpuPreference[] = {Kernel::k6, Kernel::k5, Kernel::k4, Kernel::k3,
                                             Kernel::fa2, Kernel::k2, Kernel::k1};

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/capabilities.h"
 #include "api/tensor_check.h"
 #include "common/cuda_check.h"
 #include "common/decode_problem.h"
@@ -98,7 +99,7 @@ Status check_memory(const DecodeParams& p) {
 }  // namespace
 
 Status check_decode_shapes(const DecodeParams& p) {
-  if (p.dtype != DType::bf16 && p.dtype != DType::fp16)
+  if (!dtype_has_kernel(p.dtype) && !dtype_is_fp8(p.dtype))
     return invalid("dtype: must be bf16 or fp16");
   const std::pair<const char*, int> positive[] = {{"batch", p.batch},
                                                   {"heads_q", p.heads_q},
@@ -177,6 +178,11 @@ Status check_decode_shapes(const DecodeParams& p) {
   if (p.seqlen_new > capacity(p)) {
     return invalid("seqlen_new: " + str(p.seqlen_new) + " exceeds the cache capacity " +
                    str(capacity(p)));
+  }
+  // Valid input that no kernel runs yet: after every invalid_argument rule.
+  if (!dtype_has_kernel(p.dtype)) {
+    return {StatusCode::unsupported,
+            std::string("dtype: ") + dtype_name(p.dtype) + " has no decode kernel in this build"};
   }
   return Status::success();
 }

@@ -20,6 +20,8 @@ const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::bf16: return "bf16";
     case DType::fp16: return "fp16";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
   }
   return "unknown";
 }
@@ -27,6 +29,8 @@ const char* dtype_name(DType dtype) {
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "bf16" || name == "bfloat16") return DType::bf16;
   if (name == "fp16" || name == "float16" || name == "half") return DType::fp16;
+  if (name == "e4m3" || name == "float8_e4m3fn") return DType::e4m3;
+  if (name == "e5m2" || name == "float8_e5m2") return DType::e5m2;
   return std::nullopt;
 }
 
@@ -34,6 +38,8 @@ int dtype_size(DType dtype) {
   switch (dtype) {
     case DType::bf16:
     case DType::fp16: return 2;
+    case DType::e4m3:
+    case DType::e5m2: return 1;
   }
   return 0;
 }

@@ -10,10 +10,16 @@
 namespace flashattn {
 namespace {
 
-Status invalid(std::string msg) { return {StatusCode::invalid_argument, std::move(msg)}; }
-Status unsupported(std::string msg) { return {StatusCode::unsupported, std::move(msg)}; }
+Status invalid(std::string msg) {
+  return {StatusCode::invalid_argument, std::move(msg)};
+}
+Status unsupported(std::string msg) {
+  return {StatusCode::unsupported, std::move(msg)};
+}
 
-std::string str(int64_t x) { return std::to_string(x); }
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
 
 // "q, k or v"
 std::string name_list(std::span<const TensorArg> tensors) {
@@ -35,8 +41,10 @@ Status check_tensor(const TensorArg& t) {
   const std::string n = t.name;
   if (t.data == nullptr) return invalid(n + ".data: must not be null");
   if (t.stride[3] != 1) {
-    return invalid(n + ".stride[3]: the last (head_dim) dimension must be contiguous (stride 1), "
-                       "got " + str(t.stride[3]));
+    return invalid(n +
+                   ".stride[3]: the last (head_dim) dimension must be contiguous (stride 1), "
+                   "got " +
+                   str(t.stride[3]));
   }
   for (int i = t.first_stride; i < 3; ++i) {
     if (t.stride[i] < 0) {
@@ -101,7 +109,8 @@ Status check_tma_strides(std::span<const TensorArg> tensors, const std::string& 
       if (t.size[i] > 1 && (s == 0 || s * t.elem_bytes >= (int64_t{1} << 40))) {
         return unsupported(std::string(t.name) + ".stride[" + str(i) + "]: " + who +
                            " loads through TMA, which needs a stride in (0, 2^40) bytes for a "
-                           "dimension of extent > 1, got " + str(s));
+                           "dimension of extent > 1, got " +
+                           str(s));
       }
     }
   }

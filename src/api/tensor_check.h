@@ -15,13 +15,13 @@ namespace flashattn {
 
 // One (batch, seqlen, heads, dim) tensor argument as validation sees it.
 struct TensorArg {
-  const char* name;              // as in messages: "q", "k_cache"
-  const void* data;              // may be null only where the caller allows it (then skipped)
+  const char* name;               // as in messages: "q", "k_cache"
+  const void* data;               // may be null only where the caller allows it (then skipped)
   std::array<int64_t, 4> stride;  // in elements
   std::array<int64_t, 4> size;    // logical extents; the bytes it touches follow from them
-  int elem_bytes;                // dtype_size(dtype), or 4 for the fp32 LSE
-  int first_stride = 0;          // strides checked from here on (1: a packed varlen tensor's
-                                 // batch stride, which is never used)
+  int elem_bytes;                 // dtype_size(dtype), or 4 for the fp32 LSE
+  int first_stride = 0;           // strides checked from here on (1: a packed varlen tensor's
+                                  // batch stride, which is never used)
 };
 
 // A TensorRef or MutableTensorRef of `dtype` with logical sizes `size`.

@@ -15,8 +15,12 @@
 namespace flashattn {
 namespace {
 
-Status invalid(std::string msg) { return {StatusCode::invalid_argument, std::move(msg)}; }
-Status unsupported(std::string msg) { return {StatusCode::unsupported, std::move(msg)}; }
+Status invalid(std::string msg) {
+  return {StatusCode::invalid_argument, std::move(msg)};
+}
+Status unsupported(std::string msg) {
+  return {StatusCode::unsupported, std::move(msg)};
+}
 
 // "64, 96, 128, 192 or 256 with head_dim_v equal to it, or head_dim 192 with head_dim_v 128":
 // the rule kHeadDims states.
@@ -27,8 +31,8 @@ std::string head_dims_rule() {
   int i = 0;
   for (const HeadDims& h : kHeadDims) {
     if (h.qk != h.v) {
-      differs += ", or head_dim " + std::to_string(h.qk) + " with head_dim_v " +
-                 std::to_string(h.v);
+      differs +=
+          ", or head_dim " + std::to_string(h.qk) + " with head_dim_v " + std::to_string(h.v);
       continue;
     }
     if (i > 0) equal += i == n_equal - 1 ? " or " : ", ";
@@ -54,11 +58,13 @@ std::array<TensorArg, 4> forward_tensors(const ForwardParams& p) {
 }
 
 Status check_shapes(const ForwardParams& p) {
-  if (p.dtype != DType::bf16 && p.dtype != DType::fp16) {
+  if (!dtype_has_kernel(p.dtype) && !dtype_is_fp8(p.dtype)) {
     return invalid("dtype: must be bf16 or fp16");
   }
-  const std::pair<const char*, int> positive[] = {
-      {"batch", p.batch}, {"heads_q", p.heads_q}, {"heads_kv", p.heads_kv}, {"head_dim", p.head_dim}};
+  const std::pair<const char*, int> positive[] = {{"batch", p.batch},
+                                                  {"heads_q", p.heads_q},
+                                                  {"heads_kv", p.heads_kv},
+                                                  {"head_dim", p.head_dim}};
   for (const auto& [name, value] : positive) {
     if (value <= 0) {
       return invalid(std::string(name) + ": must be positive, got " + std::to_string(value));
@@ -90,8 +96,10 @@ Status check_shapes(const ForwardParams& p) {
                    std::to_string(p.window_right));
   }
   if (p.causal && p.window_right > 0) {
-    return invalid("window_right: must be -1 or 0 when causal (causal sees no key right of the "
-                   "diagonal), got " + std::to_string(p.window_right));
+    return invalid(
+        "window_right: must be -1 or 0 when causal (causal sees no key right of the "
+        "diagonal), got " +
+        std::to_string(p.window_right));
   }
   if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr)) {
     return invalid("cu_seqlens_q/cu_seqlens_k: give both or neither");
@@ -105,6 +113,11 @@ Status check_shapes(const ForwardParams& p) {
         reinterpret_cast<uintptr_t>(p.cu_seqlens_k) % 4 != 0) {
       return invalid("cu_seqlens_q/cu_seqlens_k: must be 4-byte aligned int32 arrays");
     }
+  }
+  // Valid input that no kernel runs yet: after every invalid_argument rule.
+  if (!dtype_has_kernel(p.dtype)) {
+    return unsupported(std::string("dtype: ") + dtype_name(p.dtype) +
+                       " has no kernel in this build (FP8 forward is planned)");
   }
   return Status::success();
 }
@@ -121,10 +134,10 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
   if (Status s = check_no_aliasing(outputs, std::span(tensors).first(3)); !s.ok()) return s;
 
   // Host or device memory, as the kernel needs, and a device the kernel runs on.
-  const NamedPointer pointers[] = {data_pointer(tensors[0]),       data_pointer(tensors[1]),
-                                   data_pointer(tensors[2]),       data_pointer(tensors[3]),
-                                   {"lse", p.lse},                 {"cu_seqlens_q", p.cu_seqlens_q},
-                                   {"cu_seqlens_k", p.cu_seqlens_k}};
+  const NamedPointer pointers[] = {
+      data_pointer(tensors[0]),        data_pointer(tensors[1]), data_pointer(tensors[2]),
+      data_pointer(tensors[3]),        {"lse", p.lse},           {"cu_seqlens_q", p.cu_seqlens_q},
+      {"cu_seqlens_k", p.cu_seqlens_k}};
   const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
                         caps.max_cc_major};
   return check_placement(where, pointers);
