@@ -12,7 +12,13 @@
  *   - every function returns; no C++ exception crosses the boundary (one caught inside is
  *     reported as FLASHATTN_C_INTERNAL_ERROR);
  *   - messages go to a caller-owned buffer `err` of `err_len` bytes, always NUL-terminated when
- *     err_len > 0, truncated when longer.
+ *     err_len > 0, truncated when longer;
+ *   - the library describes each params struct field by field (name, C type, offset, size:
+ *     flashattn_c_fwd_params_fields() and flashattn_c_decode_params_fields()), so that a front
+ *     end's mirror of a struct can be checked against the struct it was compiled as. A new field
+ *     is appended here, to the field list in c_api.cpp (which drives the copy into the C++ params
+ *     and the description; it fails to compile while the two differ), and to the mirror in
+ *     python/flashattn/_lib.py (tests/python/test_c_api.py checks it against the description).
  * The fields mean what the same-named fields of flashattn::ForwardParams mean (flashattn.h). */
 #ifndef FLASHATTN_C_API_H_
 #define FLASHATTN_C_API_H_
@@ -39,8 +45,9 @@ enum {
   FLASHATTN_C_INTERNAL_ERROR = 4    /* an exception inside the library (e.g. out of host memory) */
 };
 
-/* Element types (flashattn::DType). */
-enum { FLASHATTN_C_BF16 = 0, FLASHATTN_C_FP16 = 1 };
+/* Element types (flashattn::DType). FP8 has no kernel in this build yet: a call with
+ * FLASHATTN_C_E4M3 or FLASHATTN_C_E5M2 answers FLASHATTN_C_UNSUPPORTED. */
+enum { FLASHATTN_C_BF16 = 0, FLASHATTN_C_FP16 = 1, FLASHATTN_C_E4M3 = 2, FLASHATTN_C_E5M2 = 3 };
 
 /* Kernel families (flashattn::Kernel); flashattn_c_kernel_from_name() maps the names. */
 enum {
@@ -63,7 +70,7 @@ enum {
  * is ignored. */
 typedef struct flashattn_c_fwd_params {
   uint32_t struct_size; /* sizeof(flashattn_c_fwd_params) as the caller knows it */
-  int32_t dtype;        /* FLASHATTN_C_BF16 or FLASHATTN_C_FP16 */
+  int32_t dtype;        /* an element type above: FLASHATTN_C_BF16, ... */
   int32_t batch;
   int32_t seqlen_q; /* with cu_seqlens: the longest query sequence */
   int32_t seqlen_k; /* with cu_seqlens: the longest key sequence */
@@ -127,7 +134,7 @@ FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
  * caches are written in place when k_new/v_new are given. */
 typedef struct flashattn_c_decode_params {
   uint32_t struct_size; /* sizeof(flashattn_c_decode_params) as the caller knows it */
-  int32_t dtype;        /* FLASHATTN_C_BF16 or FLASHATTN_C_FP16 */
+  int32_t dtype;        /* an element type above: FLASHATTN_C_BF16, ... */
   int32_t batch;
   int32_t seqlen_q; /* 1..16 */
   int32_t heads_q;
@@ -178,6 +185,21 @@ FLASHATTN_C_EXPORT int flashattn_c_decode_can_implement(const flashattn_c_decode
 
 /* sizeof(flashattn_c_decode_params) in this library. */
 FLASHATTN_C_EXPORT size_t flashattn_c_decode_params_size(void);
+
+/* One field of a params struct as this library was compiled: name, C type ("uint32", "int32",
+ * "float", "int64", "pointer", "int64[4]"), byte offset and size. */
+typedef struct flashattn_c_field {
+  const char* name;
+  const char* type;
+  size_t offset;
+  size_t size;
+} flashattn_c_field;
+
+/* The fields of flashattn_c_fwd_params (flashattn_c_decode_params) in declaration order, every
+ * byte of the struct covered: a static array, its length stored in *count (when count is not
+ * NULL). */
+FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_fwd_params_fields(size_t* count);
+FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_decode_params_fields(size_t* count);
 
 /* The library version, "major.minor.patch" (a static string). */
 FLASHATTN_C_EXPORT const char* flashattn_c_version(void);

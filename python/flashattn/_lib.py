@@ -10,8 +10,8 @@ import threading
 
 # Status codes of c_api.h.
 OK, INVALID_ARGUMENT, UNSUPPORTED, CUDA_ERROR, INTERNAL_ERROR = 0, 1, 2, 3, 4
-# Element types of c_api.h.
-BF16, FP16 = 0, 1
+# Element types of c_api.h (FP8 has no kernel yet: the library answers UNSUPPORTED for it).
+BF16, FP16, E4M3, E5M2 = 0, 1, 2, 3
 
 _LIB_NAME = "libflashattn_c.so"
 _ERR_LEN = 1024
@@ -118,9 +118,53 @@ assert (ctypes.sizeof(DecodeParams) == 368 and DecodeParams.q.offset == 80
         and DecodeParams.q_stride.offset == 176)
 
 
+class Field(ctypes.Structure):
+    """Mirror of flashattn_c_field: one field of a params struct as the library was compiled."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("type", ctypes.c_char_p),
+        ("offset", ctypes.c_size_t),
+        ("size", ctypes.c_size_t),
+    ]
+
+
+_C_TYPE_NAMES = {ctypes.c_uint32: "uint32", ctypes.c_int32: "int32", ctypes.c_float: "float",
+                 ctypes.c_int64: "int64", ctypes.c_void_p: "pointer"}
+
+
+def c_type_name(ctype):
+    """The flashattn_c_field type name of a ctypes field type ("int32", "int64[4]", ...)."""
+    if issubclass(ctype, ctypes.Array):
+        return f"{c_type_name(ctype._type_)}[{ctype._length_}]"
+    return _C_TYPE_NAMES.get(ctype, ctype.__name__)
+
+
+def mirror_fields(struct):
+    """(name, type, offset, size) of each field of a ctypes mirror, in order."""
+    return [(name, c_type_name(ctype), getattr(struct, name).offset, getattr(struct, name).size)
+            for name, ctype in struct._fields_]
+
+
+def library_fields(struct):
+    """(name, type, offset, size) of each field of the C struct `struct` mirrors, as the loaded
+    library describes it (flashattn_c_*_params_fields)."""
+    fn = {Params: lib().flashattn_c_fwd_params_fields,
+          DecodeParams: lib().flashattn_c_decode_params_fields}[struct]
+    return _fields_of(fn)
+
+
+def _fields_of(fn):
+    count = ctypes.c_size_t(0)
+    fields = fn(ctypes.byref(count))
+    return [(f.name.decode(), f.type.decode(), f.offset, f.size)
+            for f in (fields[i] for i in range(count.value))]
+
+
 def _declare(lib):
     P = ctypes.POINTER(Params)
     D = ctypes.POINTER(DecodeParams)
+    SizeP = ctypes.POINTER(ctypes.c_size_t)
     sigs = {
         "flashattn_c_forward": (ctypes.c_int, [P, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_can_implement": (ctypes.c_int,
@@ -135,6 +179,8 @@ def _declare(lib):
         "flashattn_c_decode_can_implement": (ctypes.c_int,
                                              [D, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_decode_params_size": (ctypes.c_size_t, []),
+        "flashattn_c_fwd_params_fields": (ctypes.POINTER(Field), [SizeP]),
+        "flashattn_c_decode_params_fields": (ctypes.POINTER(Field), [SizeP]),
         "flashattn_c_version": (ctypes.c_char_p, []),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -168,14 +214,17 @@ def lib():
                         f"{_LIB_NAME} (build/python/{_LIB_NAME} after `scripts/test.sh`).")
                 handle = ctypes.CDLL(path)
                 _declare(handle)
-                for struct, size_fn in ((Params, handle.flashattn_c_fwd_params_size),
-                                        (DecodeParams, handle.flashattn_c_decode_params_size)):
-                    size = size_fn()
-                    if size != ctypes.sizeof(struct):
+                # The mirrors must be the structs the library was compiled with, field by field.
+                for struct, fields_fn in ((Params, handle.flashattn_c_fwd_params_fields),
+                                          (DecodeParams, handle.flashattn_c_decode_params_fields)):
+                    theirs, ours = _fields_of(fields_fn), mirror_fields(struct)
+                    if theirs != ours:
+                        diff = next((t, o) for t, o in zip(theirs + [None], ours + [None])
+                                    if t != o)
                         raise ImportError(
-                            f"flashattn: {path} has a {struct.__name__} struct of {size} bytes, "
-                            f"this package expects {ctypes.sizeof(struct)}: library and package "
-                            "differ")
+                            f"flashattn: {path} and this package disagree on {struct.__name__}: "
+                            f"the library has field {diff[0]}, the package {diff[1]} "
+                            "(name, type, offset, size): library and package differ")
                 _lib = handle
     return _lib
 

@@ -17,7 +17,6 @@ from . import _checks, _lib
 
 BACKWARD_NOT_IMPLEMENTED = "flashattn: the backward pass is not implemented yet"
 
-_DTYPE_CODES = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16}
 _INT32_MAX = 2**31 - 1
 
 
@@ -81,8 +80,8 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel):
     # With seqlen_k == 0 nothing of k and v is read, but the library wants real pointers.
     kv_ptr = (lambda t: _ptr(t)) if k.shape[1] > 0 else (lambda t: _ptr(q))
     params = _lib.Params(
-        dtype=_DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale, causal=int(causal),
-        window_left=window_left, window_right=window_right,
+        dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
+        causal=int(causal), window_left=window_left, window_right=window_right,
         q=_ptr(q), k=kv_ptr(k), v=kv_ptr(v), o=_ptr(out), lse=_ptr(lse),
         q_stride=(_lib.ctypes.c_int64 * 4)(*_strides(q)),
         k_stride=(_lib.ctypes.c_int64 * 4)(*_strides(k)),
@@ -123,8 +122,8 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         return (_lib.ctypes.c_int64 * 4)(0, *_strides(t))
 
     params = _lib.Params(
-        dtype=_DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale, causal=int(causal),
-        window_left=window_left, window_right=window_right,
+        dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
+        causal=int(causal), window_left=window_left, window_right=window_right,
         q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), lse=_ptr(lse),
         cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
         q_stride=packed(q), k_stride=packed(k), v_stride=packed(v), o_stride=packed(out))
@@ -173,7 +172,7 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
               else _dims(cache_batch=rows, cache_seqlen=per_row))
     strides = lambda t: (_lib.ctypes.c_int64 * 4)(*_strides(t))  # noqa: E731
     params = _lib.DecodeParams(
-        dtype=_DTYPE_CODES[q.dtype], **dims, **layout, softmax_scale=softmax_scale,
+        dtype=_checks.DTYPE_CODES[q.dtype], **dims, **layout, softmax_scale=softmax_scale,
         causal=int(causal), window_left=window_left, window_right=window_right,
         check_indices=int(check_indices),
         q=_ptr(q), o=_ptr(out), lse=_ptr(lse), k_cache=_ptr(k_cache), v_cache=_ptr(v_cache),

@@ -1,17 +1,20 @@
 // The C ABI (include/flashattn/c_api.h) over the C++ API: copies the caller's struct into
-// ForwardParams (DecodeParams), calls can_implement() and forward() (decode()), and turns the
-// Status into a code and a message.
+// ForwardParams (DecodeParams) field by field from one list per struct, calls can_implement()
+// and forward() (decode()), and turns the Status into a code and a message.
 // Nothing thrown inside the library may unwind into a C caller (ctypes would abort the process),
 // so every entry point catches everything.
 #include "flashattn/c_api.h"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <iterator>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "flashattn/flashattn.h"
@@ -26,6 +29,8 @@ static_assert(FLASHATTN_C_UNSUPPORTED == static_cast<int>(StatusCode::unsupporte
 static_assert(FLASHATTN_C_CUDA_ERROR == static_cast<int>(StatusCode::cuda_error));
 static_assert(FLASHATTN_C_BF16 == static_cast<int>(DType::bf16));
 static_assert(FLASHATTN_C_FP16 == static_cast<int>(DType::fp16));
+static_assert(FLASHATTN_C_E4M3 == static_cast<int>(DType::e4m3));
+static_assert(FLASHATTN_C_E5M2 == static_cast<int>(DType::e5m2));
 static_assert(FLASHATTN_C_KERNEL_AUTO == static_cast<int>(Kernel::automatic));
 static_assert(FLASHATTN_C_KERNEL_CPU == static_cast<int>(Kernel::cpu));
 static_assert(FLASHATTN_C_KERNEL_K2 == static_cast<int>(Kernel::k2));
@@ -45,6 +50,88 @@ static_assert(sizeof(flashattn_c_decode_params) == 368);
 static_assert(offsetof(flashattn_c_decode_params, q) == 80);
 static_assert(offsetof(flashattn_c_decode_params, q_stride) == 176);
 constexpr size_t kDecodeV1Size = sizeof(flashattn_c_decode_params);
+
+// ---- the field lists ---------------------------------------------------------------------------
+// Every field of each C struct, in declaration order, as HEADER(c_name) (read by read_versioned,
+// not copied) or FIELD(c_name, target): copied into the C++ params' `target` by copy_field()
+// below (int32 flags checked to be 0 or 1 into bool, dtype into DType, stride arrays, the rest
+// assigned). The same lists build the layout tables the library exports, and static_asserts
+// below prove that each list names every byte of its struct in order: a field added to c_api.h
+// and not here fails to compile.
+// clang-format off
+#define FLASHATTN_C_FWD_FIELDS(HEADER, FIELD)                                                   \
+  HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
+  FIELD(seqlen_k, seqlen_k) FIELD(heads_q, heads_q) FIELD(heads_kv, heads_kv)                   \
+  FIELD(head_dim, head_dim) FIELD(head_dim_v, head_dim_v) FIELD(softmax_scale, softmax_scale)   \
+  FIELD(causal, causal) FIELD(window_left, window_left) FIELD(window_right, window_right)       \
+  FIELD(total_q, total_q) FIELD(total_k, total_k) HEADER(reserved) FIELD(q, q.data)             \
+  FIELD(k, k.data) FIELD(v, v.data) FIELD(o, o.data) FIELD(lse, lse)                            \
+  FIELD(cu_seqlens_q, cu_seqlens_q) FIELD(cu_seqlens_k, cu_seqlens_k) FIELD(stream, stream)     \
+  FIELD(q_stride, q.stride) FIELD(k_stride, k.stride) FIELD(v_stride, v.stride)                 \
+  FIELD(o_stride, o.stride)
+
+#define FLASHATTN_C_DECODE_FIELDS(HEADER, FIELD)                                                \
+  HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
+  FIELD(heads_q, heads_q) FIELD(heads_kv, heads_kv) FIELD(head_dim, head_dim)                   \
+  FIELD(cache_batch, cache_batch) FIELD(cache_seqlen, cache_seqlen) FIELD(num_pages, num_pages) \
+  FIELD(page_size, page_size) FIELD(max_pages, max_pages) FIELD(seqlen_new, seqlen_new)         \
+  FIELD(softmax_scale, softmax_scale) FIELD(causal, causal) FIELD(window_left, window_left)     \
+  FIELD(window_right, window_right) FIELD(num_splits, num_splits)                               \
+  FIELD(check_indices, check_indices) HEADER(reserved) FIELD(q, q.data) FIELD(o, o.data)        \
+  FIELD(lse, lse) FIELD(k_cache, k_cache.data) FIELD(v_cache, v_cache.data)                     \
+  FIELD(cache_batch_idx, cache_batch_idx) FIELD(page_table, page_table)                         \
+  FIELD(cache_seqlens, cache_seqlens) FIELD(k_new, k_new.data) FIELD(v_new, v_new.data)         \
+  FIELD(stream, stream) FIELD(page_table_stride, page_table_stride) FIELD(q_stride, q.stride)   \
+  FIELD(o_stride, o.stride) FIELD(k_cache_stride, k_cache.stride)                               \
+  FIELD(v_cache_stride, v_cache.stride) FIELD(k_new_stride, k_new.stride)                       \
+  FIELD(v_new_stride, v_new.stride)
+// clang-format on
+
+// The C type of a field, as flashattn_c_field names it.
+template <class T>
+constexpr const char* c_type_name() {
+  if constexpr (std::is_same_v<T, uint32_t>)
+    return "uint32";
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return "int32";
+  else if constexpr (std::is_same_v<T, float>)
+    return "float";
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return "int64";
+  else if constexpr (std::is_pointer_v<T>)
+    return "pointer";
+  else if constexpr (std::is_same_v<T, int64_t[4]>)
+    return "int64[4]";
+  else
+    static_assert(sizeof(T) == 0, "a field type flashattn_c_field has no name for");
+}
+
+#define FLASHATTN_C_LAYOUT_HEADER(c) \
+  flashattn_c_field{#c, c_type_name<decltype(S::c)>(), offsetof(S, c), sizeof(S::c)},
+#define FLASHATTN_C_LAYOUT_FIELD(c, target) FLASHATTN_C_LAYOUT_HEADER(c)
+
+constexpr auto kFwdFields = [] {
+  using S = flashattn_c_fwd_params;
+  return std::array{FLASHATTN_C_FWD_FIELDS(FLASHATTN_C_LAYOUT_HEADER, FLASHATTN_C_LAYOUT_FIELD)};
+}();
+constexpr auto kDecodeFields = [] {
+  using S = flashattn_c_decode_params;
+  return std::array{FLASHATTN_C_DECODE_FIELDS(FLASHATTN_C_LAYOUT_HEADER, FLASHATTN_C_LAYOUT_FIELD)};
+}();
+
+// The fields follow each other with no gap and end at sizeof(S): the list misses no field, and
+// (the structs having no implicit padding) names them in declaration order.
+template <class S, size_t N>
+constexpr bool covers_every_byte(const std::array<flashattn_c_field, N>& fields) {
+  size_t at = 0;
+  for (const flashattn_c_field& f : fields) {
+    if (f.offset != at) return false;
+    at += f.size;
+  }
+  return at == sizeof(S);
+}
+static_assert(covers_every_byte<flashattn_c_fwd_params>(kFwdFields));
+static_assert(covers_every_byte<flashattn_c_decode_params>(kDecodeFields));
 
 struct Converted {
   Status status;
@@ -74,58 +161,61 @@ template <class CParams>
 Status read_versioned(const CParams* in, size_t v1_size, const char* type, CParams& out) {
   if (in == nullptr) return invalid("params: must not be null");
   if (in->struct_size < v1_size) {
-    return invalid("struct_size: must be at least " + std::to_string(v1_size) + " (sizeof " +
-                   type + "), got " + std::to_string(in->struct_size));
+    return invalid("struct_size: must be at least " + std::to_string(v1_size) + " (sizeof " + type +
+                   "), got " + std::to_string(in->struct_size));
   }
   std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof out));
   if (out.reserved != 0) return invalid("reserved: must be 0, got " + std::to_string(out.reserved));
-  if (out.dtype != FLASHATTN_C_BF16 && out.dtype != FLASHATTN_C_FP16) {
-    return invalid("dtype: must be FLASHATTN_C_BF16 (0) or FLASHATTN_C_FP16 (1), got " +
-                   std::to_string(out.dtype));
+  if (out.dtype < FLASHATTN_C_BF16 || out.dtype > FLASHATTN_C_E5M2) {
+    return invalid(
+        "dtype: must be FLASHATTN_C_BF16 (0), FLASHATTN_C_FP16 (1), FLASHATTN_C_E4M3 "
+        "(2) or FLASHATTN_C_E5M2 (3), got " +
+        std::to_string(out.dtype));
   }
   return Status::success();
 }
 
-void copy_strides(int64_t (&dst)[4], const int64_t (&src)[4]) {
-  std::copy(std::begin(src), std::end(src), std::begin(dst));
+// One field from the C struct into the C++ params (`name` is the C field's, for messages).
+template <class T>
+Status copy_field(const char*, const T& from, T& to) {
+  to = from;
+  return Status::success();
+}
+Status copy_field(const char* name, int32_t from, bool& to) {
+  if (from != 0 && from != 1) {
+    return invalid(std::string(name) + ": must be 0 or 1, got " + std::to_string(from));
+  }
+  to = from != 0;
+  return Status::success();
+}
+Status copy_field(const char*, int32_t from, DType& to) {  // range checked by read_versioned
+  to = static_cast<DType>(from);
+  return Status::success();
+}
+Status copy_field(const char*, const int64_t (&from)[4], int64_t (&to)[4]) {
+  std::copy(std::begin(from), std::end(from), std::begin(to));
+  return Status::success();
+}
+
+#define FLASHATTN_C_COPY_HEADER(c)
+#define FLASHATTN_C_COPY_FIELD(c, target) \
+  if (Status s = copy_field(#c, p.c, out.target); !s.ok()) return s;
+
+Status copy_fields(const flashattn_c_fwd_params& p, ForwardParams& out) {
+  FLASHATTN_C_FWD_FIELDS(FLASHATTN_C_COPY_HEADER, FLASHATTN_C_COPY_FIELD)
+  return Status::success();
+}
+
+Status copy_fields(const flashattn_c_decode_params& p, DecodeParams& out) {
+  FLASHATTN_C_DECODE_FIELDS(FLASHATTN_C_COPY_HEADER, FLASHATTN_C_COPY_FIELD)
+  return Status::success();
 }
 
 Converted convert(const flashattn_c_fwd_params* in) {
   Converted c;
   flashattn_c_fwd_params p{};
   c.status = read_versioned(in, kV1Size, "flashattn_c_fwd_params", p);
-  if (!c.status.ok()) return c;
-  if (p.causal != 0 && p.causal != 1) {
-    c.status = invalid("causal: must be 0 or 1, got " + std::to_string(p.causal));
-    return c;
-  }
-  ForwardParams& f = c.params;
-  f.dtype = static_cast<DType>(p.dtype);
-  f.batch = p.batch;
-  f.seqlen_q = p.seqlen_q;
-  f.seqlen_k = p.seqlen_k;
-  f.heads_q = p.heads_q;
-  f.heads_kv = p.heads_kv;
-  f.head_dim = p.head_dim;
-  f.head_dim_v = p.head_dim_v;
-  f.q.data = p.q;
-  f.k.data = p.k;
-  f.v.data = p.v;
-  f.o.data = p.o;
-  copy_strides(f.q.stride, p.q_stride);
-  copy_strides(f.k.stride, p.k_stride);
-  copy_strides(f.v.stride, p.v_stride);
-  copy_strides(f.o.stride, p.o_stride);
-  f.lse = p.lse;
-  f.softmax_scale = p.softmax_scale;
-  f.causal = p.causal != 0;
-  f.window_left = p.window_left;
-  f.window_right = p.window_right;
-  f.cu_seqlens_q = p.cu_seqlens_q;
-  f.cu_seqlens_k = p.cu_seqlens_k;
-  f.total_q = p.total_q;
-  f.total_k = p.total_k;
-  f.stream = p.stream;
+  if (c.status.ok()) c.status = copy_fields(p, c.params);
   return c;
 }
 
@@ -133,50 +223,7 @@ ConvertedDecode convert_decode(const flashattn_c_decode_params* in) {
   ConvertedDecode c;
   flashattn_c_decode_params p{};
   c.status = read_versioned(in, kDecodeV1Size, "flashattn_c_decode_params", p);
-  if (!c.status.ok()) return c;
-  for (auto [name, flag] : {std::pair{"causal", p.causal}, {"check_indices", p.check_indices}}) {
-    if (flag != 0 && flag != 1) {
-      c.status = invalid(std::string(name) + ": must be 0 or 1, got " + std::to_string(flag));
-      return c;
-    }
-  }
-  DecodeParams& d = c.params;
-  d.dtype = static_cast<DType>(p.dtype);
-  d.batch = p.batch;
-  d.seqlen_q = p.seqlen_q;
-  d.heads_q = p.heads_q;
-  d.heads_kv = p.heads_kv;
-  d.head_dim = p.head_dim;
-  d.q.data = p.q;
-  d.o.data = p.o;
-  d.lse = p.lse;
-  d.k_cache.data = p.k_cache;
-  d.v_cache.data = p.v_cache;
-  d.cache_batch = p.cache_batch;
-  d.cache_seqlen = p.cache_seqlen;
-  d.cache_batch_idx = p.cache_batch_idx;
-  d.page_table = p.page_table;
-  d.num_pages = p.num_pages;
-  d.page_size = p.page_size;
-  d.max_pages = p.max_pages;
-  d.page_table_stride = p.page_table_stride;
-  d.cache_seqlens = p.cache_seqlens;
-  d.k_new.data = p.k_new;
-  d.v_new.data = p.v_new;
-  d.seqlen_new = p.seqlen_new;
-  copy_strides(d.q.stride, p.q_stride);
-  copy_strides(d.o.stride, p.o_stride);
-  copy_strides(d.k_cache.stride, p.k_cache_stride);
-  copy_strides(d.v_cache.stride, p.v_cache_stride);
-  copy_strides(d.k_new.stride, p.k_new_stride);
-  copy_strides(d.v_new.stride, p.v_new_stride);
-  d.softmax_scale = p.softmax_scale;
-  d.causal = p.causal != 0;
-  d.window_left = p.window_left;
-  d.window_right = p.window_right;
-  d.num_splits = p.num_splits;
-  d.check_indices = p.check_indices != 0;
-  d.stream = p.stream;
+  if (c.status.ok()) c.status = copy_fields(p, c.params);
   return c;
 }
 
@@ -290,6 +337,16 @@ size_t flashattn_c_decode_params_size(void) {
 
 size_t flashattn_c_fwd_params_size(void) {
   return sizeof(flashattn_c_fwd_params);
+}
+
+const flashattn_c_field* flashattn_c_fwd_params_fields(size_t* count) {
+  if (count != nullptr) *count = fa::kFwdFields.size();
+  return fa::kFwdFields.data();
+}
+
+const flashattn_c_field* flashattn_c_decode_params_fields(size_t* count) {
+  if (count != nullptr) *count = fa::kDecodeFields.size();
+  return fa::kDecodeFields.data();
 }
 
 const char* flashattn_c_version(void) {

@@ -14,6 +14,51 @@ def test_library_loads_and_matches_the_package():
     assert flashattn.library_version() == flashattn.__version__
 
 
+@pytest.mark.parametrize("struct, fields_fn", [
+    (_lib.Params, "flashattn_c_fwd_params_fields"),
+    (_lib.DecodeParams, "flashattn_c_decode_params_fields"),
+])
+def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
+    """_lib.py's _fields_ against the library's own description of the struct (built with
+    offsetof from the list that also drives the C-to-C++ copy): names, C types, offsets, sizes."""
+    count = ctypes.c_size_t(0)
+    fields = getattr(_lib.lib(), fields_fn)(ctypes.byref(count))
+    theirs = [(fields[i].name.decode(), fields[i].type.decode(), fields[i].offset, fields[i].size)
+              for i in range(count.value)]
+    ctype_names = {ctypes.c_uint32: "uint32", ctypes.c_int32: "int32", ctypes.c_float: "float",
+                   ctypes.c_int64: "int64", ctypes.c_void_p: "pointer",
+                   ctypes.c_int64 * 4: "int64[4]"}
+    ours = [(name, ctype_names.get(ctype, repr(ctype)), getattr(struct, name).offset,
+             getattr(struct, name).size) for name, ctype in struct._fields_]
+    assert len(ours) == len(theirs), f"{struct.__name__}: {len(ours)} fields, C has {len(theirs)}"
+    for mine, c in zip(ours, theirs):
+        assert mine == c, f"{struct.__name__}: mirror has {mine}, C struct has {c}"
+    last = theirs[-1]
+    assert last[2] + last[3] == ctypes.sizeof(struct)  # every byte of the struct is described
+    assert _lib.library_fields(struct) == _lib.mirror_fields(struct) == ours
+
+
+def test_fp8_dtype_is_known_and_unsupported():
+    # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check and are refused by can_implement as a
+    # dtype with no kernel; 4 is no dtype at all.
+    q = ctypes.create_string_buffer(4096)
+    for code, name in ((_lib.E4M3, "e4m3"), (_lib.E5M2, "e5m2")):
+        p = _lib.Params(dtype=code, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1, heads_kv=1,
+                        head_dim=64, q=ctypes.addressof(q), k=ctypes.addressof(q),
+                        v=ctypes.addressof(q), o=ctypes.addressof(q))
+        assert _lib.can_implement(p, 0) == (
+            _lib.UNSUPPORTED, f"dtype: {name} has no kernel in this build (FP8 forward is planned)")
+        with pytest.raises(flashattn.UnsupportedError, match=f"dtype: {name} has no kernel"):
+            _lib.forward(p, _lib.kernel_id("cpu"))
+        # decode: the shape rules read no memory, so placeholder pointers reach the dtype rule.
+        d = _lib.DecodeParams(dtype=code, batch=1, seqlen_q=1, heads_q=1, heads_kv=1, head_dim=64,
+                              cache_seqlen=16, cache_seqlens=16)
+        assert _lib.decode_can_implement(d) == (_lib.UNSUPPORTED,
+                                                f"dtype: {name} has no decode kernel in this build")
+    code, msg = _lib.can_implement(_lib.Params(dtype=4), 0)
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith("dtype: must be FLASHATTN_C_BF16 (0)")
+
+
 def test_kernel_names_round_trip():
     names = _lib.all_kernels()
     assert names[:4] == ["auto", "cpu", "k1", "k2"] and "fa2" in names

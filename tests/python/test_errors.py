@@ -30,6 +30,16 @@ def test_float32_is_refused():
         flash_attn_func(q, k, v)
 
 
+@pytest.mark.parametrize("dtype, name", [(torch.float8_e4m3fn, "e4m3"),
+                                         (torch.float8_e5m2, "e5m2")])
+def test_fp8_is_a_dtype_without_a_kernel(dtype, name):
+    # FP8 tensors reach the library, which refuses them as unsupported (not a bad argument).
+    q, k, v = qkv(dtype=dtype)
+    with pytest.raises(UnsupportedError, match=rf"dtype: {name} has no kernel in this build "
+                                               r"\(FP8 forward is planned\)"):
+        flash_attn_func(q, k, v)
+
+
 def test_mixed_dtypes():
     q, k, v = qkv()
     with pytest.raises(ValueError, match=r"k\.dtype: must equal q\.dtype"):
