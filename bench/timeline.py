@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Reads a Hopper-kernel timeline and says where each consumer
 warpgroup's time goes: cycles between consecutive stamps, grouped by (from, to) tag pair, summed
-over the traced blocks; then the first tiles of block 0 with both warpgroups and the producer
-interleaved on one clock.
+over the traced blocks; then the first tiles of block 0 with every consumer warpgroup and the
+producer interleaved on one clock.
 
 The timeline comes from a diagnosis build (src/kernels/fa3_sm90/timeline.cuh):
   cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_TIMELINE=ON
   cmake --build build-timeline --target flashattn-bench
-  FLASHATTN_TIMELINE_OUT=tl.bin build-timeline/tools/flashattn-bench --kernel k6 --hdim 128 \
+  build-timeline/tools/flashattn-bench --timeline-out tl.bin --kernel k6 --hdim 128 \
       --seqlen 512 --batch 32 --heads 16 --iters 5
   python3 bench/timeline.py tl.bin [--tiles N] [--mhz 1980]
 Every launch overwrites the file, so it holds the last one. The traced binary's own timings
@@ -20,7 +20,9 @@ import struct
 TAGS = {1: "tile", 2: "K full", 3: "slot", 4: "S in", 5: "softmax", 6: "PV done", 8: "last PV",
         9: "epilogue", 10: "exit", 11: "begin", 12: "E:convert", 13: "E:bar1", 14: "E:staged",
         15: "E:stored", 20: "P:tile", 21: "P:kv", 22: "P:next", 23: "P:q", 24: "P:k"}
-ROLES = ["producer", "consumer wg0", "consumer wg1"]
+# Role 0 is the producer, then one per consumer warpgroup (three at head dim 64: timeline.cuh's
+# kRoles is 4, and the file says how many roles it holds).
+ROLES = ["producer", "consumer wg0", "consumer wg1", "consumer wg2"]
 
 
 def read(path):
@@ -57,7 +59,7 @@ def main():
     data = read(a.file)
     us = lambda c: c / a.mhz
 
-    for role in (1, 2):
+    for role in range(1, len(data[0])):
         pairs = collections.defaultdict(lambda: [0, 0])
         total, tiles = 0, 0
         for per in data:
@@ -72,7 +74,8 @@ def main():
         if total == 0:
             continue
         print(f"\n{ROLES[role]}: {len(data)} blocks, {tiles} tiles, "
-              f"{us(total) / len(data):.1f} us per block, {us(total) / max(tiles, 1):.2f} us per tile")
+              f"{us(total) / len(data):.1f} us per block, "
+              f"{us(total) / max(tiles, 1):.2f} us per tile")
         print(f"{'from':>10} -> {'to':<10} {'count':>7} {'mean cyc':>9} {'share':>7}")
         for (t0, t1), (c, n) in sorted(pairs.items(), key=lambda kv: -kv[1][0]):
             print(f"{TAGS.get(t0, t0):>10} -> {TAGS.get(t1, t1):<10} {n:>7} {c / n:>9.0f} "

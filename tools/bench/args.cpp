@@ -126,10 +126,12 @@ const std::vector<Flag>& flags() {
        int_field("--hdim", &Options::hdim, 1, kMaxHeadDim)},
       {"--hdim-v", "N", "head dim of v and o [= hdim]",
        int_field("--hdim-v", &Options::hdim_v, 1, kMaxHeadDim)},
-      {"--dtype", "bf16|fp16", "element type [bf16]",
+      {"--dtype", "TYPE",
+       "element type: bf16, fp16, or FP8 e4m3/e5m2, which no kernel runs\n"
+       "                         yet (reported unsupported) [bf16]",
        [](Options& o, std::string_view v) -> std::string {
          const std::optional<DType> d = parse_dtype(v);
-         if (!d) return "--dtype: expected bf16 or fp16, got " + quote(v);
+         if (!d) return "--dtype: expected bf16, fp16, e4m3 or e5m2, got " + quote(v);
          o.dtype = *d;
          return {};
        }},
@@ -193,6 +195,33 @@ const std::vector<Flag>& flags() {
        int_field("--page-size", &Options::page_size, 0, kMaxSeqlen)},
       {"--splits", "N", "decode: KV splits [0: the heuristic]",
        int_field("--splits", &Options::num_splits, 0, 128)},
+      // Ablations and diagnosis (flashattn::DebugOptions; the library reads no environment).
+      {"--fa4", "none|rescale",
+       "k4-k6 softmax: 'rescale' keeps FlashAttention-4's conditional O\n"
+       "                         rescaling (skip while the row max grew by <= 8), 'none'\n"
+       "                         rescales whenever the max moves [rescale]",
+       [](Options& o, std::string_view v) -> std::string {
+         if (v != "none" && v != "rescale") {
+           return "--fa4: expected 'none' or 'rescale', got " + quote(v);
+         }
+         o.debug.conditional_rescale = v == "rescale";
+         return {};
+       }},
+      {"--no-persistent", nullptr,
+       "k6: one block per tile, scheduled by the hardware, instead of one\n"
+       "                         persistent block per SM walking the tiles",
+       [](Options& o, std::string_view) -> std::string {
+         o.debug.persistent = false;
+         return {};
+       }},
+      {"--timeline-out", "FILE",
+       "builds with -DFLASHATTN_TIMELINE=ON: each Hopper launch writes its\n"
+       "                         per-warp timeline to FILE (bench/timeline.py reads it)",
+       [](Options& o, std::string_view v) -> std::string {
+         if (v.empty()) return "--timeline-out: expected a file name";
+         o.timeline_out = std::string(v);
+         return {};
+       }},
   };
   return table;
 }
@@ -255,6 +284,13 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
     }
     error = flag->apply(opts, value);
     if (!error.empty()) return ParseOutcome::error;
+  }
+  const bool debug_set = !opts.debug.conditional_rescale || !opts.debug.persistent ||
+                         !opts.timeline_out.empty();
+  if (debug_set && (opts.decode_q > 0 || opts.sweep_decode)) {
+    error = "--fa4, --no-persistent and --timeline-out switch the forward kernels; decode "
+            "(--decode, --sweep decode) has none of them";
+    return ParseOutcome::error;
   }
   return ParseOutcome::run;
 }

@@ -41,6 +41,10 @@ struct Options {
   int page_size = 0;   // decode: 0 contiguous cache, else paged with this page size
   int num_splits = 0;  // decode: 0 lets the heuristic choose
   bool sweep_decode = false;
+  // Ablation switches of the forward kernels (--fa4, --no-persistent); the defaults are the
+  // measured best. debug.timeline_out is left null here: main() points it at timeline_out.
+  DebugOptions debug;
+  std::string timeline_out;  // --timeline-out: empty writes no timeline
   std::string command;  // argv joined by spaces, for the JSON record
 };
 

@@ -27,7 +27,7 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
   const bool on_device = ws.memory() == Memory::device;
   const cudaStream_t stream = on_device ? ctx.stream : nullptr;
   if (Status st = ws.poison_outputs(stream); !st.ok()) return st;
-  const ForwardParams run_params = ws.params(0, stream);
+  const ForwardParams run_params = ws.params(0, stream, ctx.debug);
   if (Status st = forward(run_params, kernel); !st.ok()) return st;
 
   ForwardParams host = run_params;

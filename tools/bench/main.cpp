@@ -92,6 +92,8 @@ int run_main(int argc, char** argv) {
   ctx.warmup_cpu = opts.warmup.value_or(kDefaultWarmupCpu);
   ctx.check = opts.check;
   ctx.max_seqlen = opts.max_seqlen;
+  ctx.debug = opts.debug;
+  ctx.debug.timeline_out = opts.timeline_out.empty() ? nullptr : opts.timeline_out.c_str();
   if (uses_gpu) {
     cudaStream_t stream = nullptr;
     if (cudaSetDevice(opts.device) != cudaSuccess ||
@@ -112,6 +114,12 @@ int run_main(int argc, char** argv) {
   std::printf("# device: %s", info.device.c_str());
   if (info.sm_clock_mhz) std::printf(" (peak SM clock %d MHz)", *info.sm_clock_mhz);
   std::printf("\n# seed: %llu\n", static_cast<unsigned long long>(info.seed));
+  if (!ctx.debug.conditional_rescale || !ctx.debug.persistent || ctx.debug.timeline_out) {
+    std::printf("# debug: conditional rescale %s, persistent %s, timeline %s\n",
+                ctx.debug.conditional_rescale ? "on" : "off (--fa4 none)",
+                ctx.debug.persistent ? "on" : "off (--no-persistent)",
+                ctx.debug.timeline_out ? ctx.debug.timeline_out : "none");
+  }
   if (needs_device && device_count == 0) {
     std::printf("# no CUDA device: GPU kernels are recorded as errors; use --kernel cpu\n");
   }

@@ -96,7 +96,7 @@ void run(const Workload& w, const RunContext& ctx, Record& rec) {
     return;
   }
   std::vector<ForwardParams> params;
-  for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.params(s, stream));
+  for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.params(s, stream, ctx.debug));
 
   if (w.kernel == Kernel::automatic) {
     const Kernel chosen = select_kernel(params[0]);

@@ -56,6 +56,7 @@ struct RunContext {
   int warmup_cpu = kDefaultWarmupCpu;
   bool check = false;
   int max_seqlen = 0;
+  DebugOptions debug;  // set on every forward call, timed and checked
 };
 
 // Where a workload's tensors live: host for the cpu kernel, and for auto without a device.

@@ -184,7 +184,7 @@ Status Workspace::poison_outputs(cudaStream_t stream) {
   return Status::success();
 }
 
-ForwardParams Workspace::params(int set, cudaStream_t stream) const {
+ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions& debug) const {
   const InputSet& s = sets_[static_cast<size_t>(set)];
   ForwardParams p;
   p.dtype = w_.dtype;
@@ -208,6 +208,7 @@ ForwardParams Workspace::params(int set, cudaStream_t stream) const {
   p.window_left = w_.window_left;
   p.window_right = w_.window_right;
   p.stream = stream;
+  p.debug = debug;
   return p;
 }
 

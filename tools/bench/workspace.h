@@ -62,7 +62,7 @@ class Workspace {
   Status poison_outputs(cudaStream_t stream);
 
   // Params for input set `set`, writing the shared o and lse.
-  ForwardParams params(int set, cudaStream_t stream) const;
+  ForwardParams params(int set, cudaStream_t stream, const DebugOptions& debug) const;
 
   int num_sets() const { return static_cast<int>(sets_.size()); }
   Memory memory() const { return memory_; }
