@@ -46,8 +46,11 @@ inline bool device_is_sm90() {
   return ok;
 }
 
-// Whether `k` can run on this machine's device (tests of the others skip).
-inline bool kernel_runs_here(Kernel k) { return have_gpu() && (!is_hopper_kernel(k) || device_is_sm90()); }
+// Whether `k` can run on this machine's device and is in this build (tests of the others skip:
+// a build with FLASHATTN_LINEAGE=OFF has no k1-k5).
+inline bool kernel_runs_here(Kernel k) {
+  return kernel_is_built(k) && have_gpu() && (!is_hopper_kernel(k) || device_is_sm90());
+}
 
 // What Kernel::automatic picks for a plain device problem here: the production path.
 inline Kernel expected_auto_kernel() { return device_is_sm90() ? Kernel::k6 : Kernel::fa2; }

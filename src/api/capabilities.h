@@ -4,7 +4,14 @@
 
 #include "flashattn/flashattn.h"
 
+// The lineage K1-K5 is built unless CMake's FLASHATTN_LINEAGE is OFF (defined 0 for the library).
+#ifndef FLASHATTN_LINEAGE
+#define FLASHATTN_LINEAGE 1
+#endif
+
 namespace flashattn {
+
+inline constexpr bool kLineageBuilt = FLASHATTN_LINEAGE != 0;
 
 struct KernelCaps {
   bool built = false;
@@ -24,14 +31,14 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
       return {.built = true, .host = true, .hdim_v_differs = true};
     case Kernel::k1:
     case Kernel::k2:
-      return {.built = true, .min_cc = 80, .hdim_v_differs = true};
+      return {.built = kLineageBuilt, .min_cc = 80, .hdim_v_differs = true};
     case Kernel::fa2:
       return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true};
     // Hopper (sm_90a only): K3, K4 and K5 are steps of the story, built for head dim 128.
     case Kernel::k3:
     case Kernel::k4:
     case Kernel::k5:
-      return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true,
+      return {.built = kLineageBuilt, .min_cc = 90, .max_cc_major = 9, .varlen = true,
               .only_head_dim = 128, .tma = true};
     case Kernel::k6:
       return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true,

@@ -1,5 +1,6 @@
 // forward(): validate, resolve `auto`, normalise the parameters into a Problem, and hand it to
 // the chosen family's launcher.
+#include "api/capabilities.h"
 #include "common/problem.h"
 #include "flashattn/flashattn.h"
 #include "kernels/cpu/entry.h"
@@ -17,13 +18,15 @@ Status forward(const ForwardParams& params, Kernel kernel) {
   if (problem.seqlen_q == 0) return Status::success();  // nothing to compute or write
   switch (kernel) {
     case Kernel::cpu: return cpu_forward(problem);
+    case Kernel::fa2: return fa2_forward(problem);
+    case Kernel::k6: return k6_forward(problem, params.debug);
+#if FLASHATTN_LINEAGE
     case Kernel::k1: return k1_forward(problem);
     case Kernel::k2: return k2_forward(problem);
-    case Kernel::fa2: return fa2_forward(problem);
     case Kernel::k3: return k3_forward(problem);
     case Kernel::k4: return k4_forward(problem, params.debug);
     case Kernel::k5: return k5_forward(problem, params.debug);
-    case Kernel::k6: return k6_forward(problem, params.debug);
+#endif
     default: break;
   }
   return {StatusCode::unsupported, std::string("kernel ") + kernel_name(kernel) +

@@ -1,42 +1,45 @@
 // Entry points of the decode family: the append step, then dispatch on (dtype, head_dim) to the
-// instantiations in inst/.
+// generated instantiations (cmake/instantiations.cmake) of kDecodeHeadDims. This file sees only
+// the declarations of run_decode and blocks_per_sm (launch.cuh defines them).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
-#include <string>
 #include <type_traits>
 
-#include "kernels/decode/entry.h"
+#include "common/cuda_check.h"
+#include "common/head_dims.h"
 #include "kernels/decode/append_kv.cuh"
-#include "kernels/decode/launch.cuh"
+#include "kernels/decode/entry.h"
+
+namespace flashattn::decoding {
+
+template <typename Element, int kHeadDim>
+Status run_decode(const DecodeProblem& p);  // launch.cuh
+template <typename Element, int kHeadDim>
+Status blocks_per_sm(int* blocks);  // launch.cuh
+
+}  // namespace flashattn::decoding
 
 namespace flashattn {
 namespace {
 
-template <typename Element, typename Fn>
-Status by_head_dim(int head_dim, Fn&& fn) {
-  switch (head_dim) {
-    case 64: return fn(std::integral_constant<int, 64>{}, Element{});
-    case 128: return fn(std::integral_constant<int, 128>{}, Element{});
-    case 256: return fn(std::integral_constant<int, 256>{}, Element{});
-    default: break;
-  }
-  return {StatusCode::unsupported,
-          "decode: no instantiation for head_dim " + std::to_string(head_dim)};
-}
-
+// fn(Element{}, HeadDimTag) for the problem's dtype and head dim.
 template <typename Fn>
 Status dispatch(DType dtype, int head_dim, Fn&& fn) {
-  switch (dtype) {
-    case DType::bf16: return by_head_dim<__nv_bfloat16>(head_dim, fn);
-    case DType::fp16: return by_head_dim<__half>(head_dim, fn);
-  }
-  return {StatusCode::unsupported, "decode: dtype must be bf16 or fp16"};
+  return flashattn::dispatch<kDecodeHeadDims>(
+      "decode", dtype, head_dim, head_dim, [&](auto dtype_tag, auto dims) {
+        using Element =
+            std::conditional_t<decltype(dtype_tag)::value == DType::bf16, __nv_bfloat16, __half>;
+        return fn(Element{}, dims);
+      });
 }
 
 }  // namespace
 
 Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks) {
-  return dispatch(dtype, head_dim, [&](auto d, auto e) {
-    return decoding::blocks_per_sm<decltype(e), decltype(d)::value>(blocks);
+  return dispatch(dtype, head_dim, [&](auto e, auto dims) {
+    return decoding::blocks_per_sm<decltype(e), decltype(dims)::qk>(blocks);
   });
 }
 
@@ -48,8 +51,8 @@ Status decode_run(const DecodeProblem& p) {
     decoding::append_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
     FA_CUDA_LAUNCH_CHECK("decode append_kernel");
   }
-  return dispatch(p.dtype, p.head_dim, [&](auto d, auto e) {
-    return decoding::run_decode<decltype(e), decltype(d)::value>(p);
+  return dispatch(p.dtype, p.head_dim, [&](auto e, auto dims) {
+    return decoding::run_decode<decltype(e), decltype(dims)::qk>(p);
   });
 }
 

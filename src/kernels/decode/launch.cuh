@@ -1,5 +1,5 @@
-// Host side of the decode family, templated on (element type, head dim). Each instantiation lives
-// in its own file in inst/ (extern templates below); launch.cu dispatches to them.
+// Host side of the decode family, templated on (element type, head dim). Each instantiation is a
+// generated file (cmake/instantiations.cmake); launch.cu dispatches to them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,16 +82,5 @@ Status run_decode(const DecodeProblem& p) {
   FA_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<Element, kHeadDim>, p));
   return Status::success();
 }
-
-#define FLASHATTN_DECODE_EXTERN(E, D)                            \
-  extern template Status run_decode<E, D>(const DecodeProblem&); \
-  extern template Status blocks_per_sm<E, D>(int*);
-FLASHATTN_DECODE_EXTERN(__nv_bfloat16, 64)
-FLASHATTN_DECODE_EXTERN(__nv_bfloat16, 128)
-FLASHATTN_DECODE_EXTERN(__nv_bfloat16, 256)
-FLASHATTN_DECODE_EXTERN(__half, 64)
-FLASHATTN_DECODE_EXTERN(__half, 128)
-FLASHATTN_DECODE_EXTERN(__half, 256)
-#undef FLASHATTN_DECODE_EXTERN
 
 }  // namespace flashattn::decoding

@@ -1,13 +1,11 @@
 # Decode (split-KV, paged KV cache, GQA packing; mma.sync, sm_80+): the host API files and one
-# instantiation per (dtype, head_dim).
+# instantiation per (dtype, head dim) of kDecodeHeadDims.
 target_sources(flashattn PRIVATE
   ${PROJECT_SOURCE_DIR}/src/api/decode.cpp
   ${PROJECT_SOURCE_DIR}/src/api/decode_splits.cpp
   ${PROJECT_SOURCE_DIR}/src/api/decode_validate.cpp
-  ${PROJECT_SOURCE_DIR}/src/kernels/decode/launch.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/decode/inst/decode_bf16_hdim64.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/decode/inst/decode_bf16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/decode/inst/decode_bf16_hdim256.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/decode/inst/decode_fp16_hdim64.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/decode/inst/decode_fp16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/decode/inst/decode_fp16_hdim256.cu)
+  ${PROJECT_SOURCE_DIR}/src/kernels/decode/launch.cu)
+flashattn_instantiate(flashattn FAMILY decode PREFIX decode LIST kDecodeHeadDims
+  INCLUDE kernels/decode/launch.cuh NAMESPACE flashattn::decoding BF16 __nv_bfloat16 FP16 __half
+  TEMPLATE "template Status run_decode<@E@, @D@>(const DecodeProblem&)"
+           "template Status blocks_per_sm<@E@, @D@>(int*)")

@@ -1,5 +1,6 @@
 // Host side of K3, templated on (element type, head_dim): the family's TMA descriptors and tile
-// order (make_params from launch.cuh) for K3's 64 x 64 tiles, then one 256-thread block per tile. Instantiations in inst/k3_*; launch_k3.cu dispatches.
+// order (make_params from launch.cuh) for K3's 64 x 64 tiles, then one 256-thread block per
+// tile. Instantiations are generated (cmake/instantiations.cmake); launch_k3.cu dispatches.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,8 +33,5 @@ Status run_forward_tma_simt(const Problem& p) {
   FA_CUDA_LAUNCH_CHECK("k3 fwd_kernel_tma_simt");
   return Status::success();
 }
-
-extern template Status run_forward_tma_simt<cutlass::bfloat16_t, 128>(const Problem&);
-extern template Status run_forward_tma_simt<cutlass::half_t, 128>(const Problem&);
 
 }  // namespace flashattn::fa3

@@ -1,28 +1,27 @@
-# Hopper forward (K3-K6): TMA, wgmma and setmaxnreg need the arch-specific sm_90a target,
-# so these translation units build as their own object library with HOPPER arch flags and are
-# linked into flashattn. One instantiation per (stage, dtype, head_dim[, head_dim_v]): K6 for every
-# head dim, K3/K4/K5 (the steps of the story) for head dim 128.
-add_library(flashattn_sm90 OBJECT
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch_k3.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k3_bf16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k3_fp16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k4_bf16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k4_fp16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k5_bf16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k5_fp16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim64.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim96.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim192.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim192x128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_bf16_hdim256.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim64.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim96.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim192.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim192x128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/inst/k6_fp16_hdim256.cu)
+# Hopper forward (K3-K6): TMA, wgmma and setmaxnreg need the arch-specific sm_90a target, so
+# these translation units build as their own object library with HOPPER arch flags and are linked
+# into flashattn. One instantiation per (schedule, dtype, head dims): K6, the production path, for
+# every pair of kHeadDims; K3, K4, K5 (steps of the lineage, FLASHATTN_LINEAGE) for
+# kLineageHeadDims (head dim 128).
+add_library(flashattn_sm90 OBJECT ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch.cu)
+flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX k6 LIST kHeadDims
+  INCLUDE kernels/fa3_sm90/launch.cuh NAMESPACE flashattn::fa3
+  BF16 cutlass::bfloat16_t FP16 cutlass::half_t
+  TEMPLATE "template Status run_forward<@E@, @D@, @DV@, ScheduleK6>(const Problem&, const DebugOptions&)")
+if(FLASHATTN_LINEAGE)
+  target_sources(flashattn_sm90 PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch_k3.cu)
+  foreach(step k4 k5)
+    string(TOUPPER ${step} STEP)
+    flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX ${step} LIST kLineageHeadDims
+      INCLUDE kernels/fa3_sm90/launch.cuh NAMESPACE flashattn::fa3
+      BF16 cutlass::bfloat16_t FP16 cutlass::half_t
+      TEMPLATE "template Status run_forward<@E@, @D@, @DV@, Schedule${STEP}>(const Problem&, const DebugOptions&)")
+  endforeach()
+  flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX k3 LIST kLineageHeadDims
+    INCLUDE kernels/fa3_sm90/launch_k3.cuh NAMESPACE flashattn::fa3
+    BF16 cutlass::bfloat16_t FP16 cutlass::half_t
+    TEMPLATE "template Status run_forward_tma_simt<@E@, @D@>(const Problem&)")
+endif()
 target_include_directories(flashattn_sm90 PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(flashattn_sm90 PRIVATE flashattn_cutlass)
 target_compile_options(flashattn_sm90 PRIVATE
@@ -42,3 +41,4 @@ else()
   set_target_properties(flashattn_sm90 PROPERTIES
     CUDA_COMPILER_LAUNCHER ${PROJECT_SOURCE_DIR}/cmake/hopper_compile_check.sh)
 endif()
+target_compile_definitions(flashattn_sm90 PRIVATE FLASHATTN_LINEAGE=$<BOOL:${FLASHATTN_LINEAGE}>)

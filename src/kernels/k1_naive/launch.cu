@@ -91,6 +91,7 @@ Status k1_forward(const Problem& problem) {
   switch (problem.dtype) {
     case DType::bf16: return k1::run_forward<__nv_bfloat16>(problem);
     case DType::fp16: return k1::run_forward<__half>(problem);
+    default: break;
   }
   return {StatusCode::unsupported, "k1: dtype must be bf16 or fp16"};
 }

@@ -1,5 +1,5 @@
 // Host side of K2, templated on (element type, head_dim, head_dim_v). Each instantiation lives in
-// its own file in inst/ (listed below as extern templates); launch.cu dispatches to them.
+// its own generated file (cmake/instantiations.cmake); launch.cu dispatches to them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,18 +31,5 @@ Status run_forward(const Problem& p) {
   FA_CUDA_LAUNCH_CHECK("k2 fwd_kernel");
   return Status::success();
 }
-
-extern template Status run_forward<__nv_bfloat16, 64, 64>(const Problem&);
-extern template Status run_forward<__nv_bfloat16, 96, 96>(const Problem&);
-extern template Status run_forward<__nv_bfloat16, 128, 128>(const Problem&);
-extern template Status run_forward<__nv_bfloat16, 192, 192>(const Problem&);
-extern template Status run_forward<__nv_bfloat16, 192, 128>(const Problem&);
-extern template Status run_forward<__nv_bfloat16, 256, 256>(const Problem&);
-extern template Status run_forward<__half, 64, 64>(const Problem&);
-extern template Status run_forward<__half, 96, 96>(const Problem&);
-extern template Status run_forward<__half, 128, 128>(const Problem&);
-extern template Status run_forward<__half, 192, 192>(const Problem&);
-extern template Status run_forward<__half, 192, 128>(const Problem&);
-extern template Status run_forward<__half, 256, 256>(const Problem&);
 
 }  // namespace flashattn::k2

@@ -1,15 +1,5 @@
-# K2: fused SIMT forward. One instantiation per (dtype, head_dim[, head_dim_v]).
-target_sources(flashattn PRIVATE
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/launch.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_bf16_hdim64.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_bf16_hdim96.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_bf16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_bf16_hdim192.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_bf16_hdim192x128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_bf16_hdim256.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_fp16_hdim64.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_fp16_hdim96.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_fp16_hdim128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_fp16_hdim192.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_fp16_hdim192x128.cu
-  ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/inst/k2_fp16_hdim256.cu)
+# K2: fused SIMT forward (a step of the lineage). One instantiation per (dtype, head dims).
+target_sources(flashattn PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/k2_simt/launch.cu)
+flashattn_instantiate(flashattn FAMILY k2_simt PREFIX k2 LIST kHeadDims
+  INCLUDE kernels/k2_simt/launch.cuh NAMESPACE flashattn::k2 BF16 __nv_bfloat16 FP16 __half
+  TEMPLATE "template Status run_forward<@E@, @D@, @DV@>(const Problem&)")

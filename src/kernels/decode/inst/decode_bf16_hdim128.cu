@@ -1,6 +1,0 @@
-#include "kernels/decode/launch.cuh"
-
-namespace flashattn::decoding {
-template Status run_decode<__nv_bfloat16, 128>(const DecodeProblem&);
-template Status blocks_per_sm<__nv_bfloat16, 128>(int*);
-}  // namespace flashattn::decoding

@@ -1,5 +1,0 @@
-#include "kernels/fa3_sm90/launch.cuh"
-
-namespace flashattn::fa3 {
-template Status run_forward<cutlass::half_t, 128, 128, Stage::k5>(const Problem&, const DebugOptions&);
-}  // namespace flashattn::fa3

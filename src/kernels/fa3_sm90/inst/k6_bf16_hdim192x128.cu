@@ -1,5 +1,0 @@
-#include "kernels/fa3_sm90/launch.cuh"
-
-namespace flashattn::fa3 {
-template Status run_forward<cutlass::bfloat16_t, 192, 128, Stage::k6>(const Problem&, const DebugOptions&);
-}  // namespace flashattn::fa3

@@ -1,5 +1,0 @@
-#include "kernels/k2_simt/launch.cuh"
-
-namespace flashattn::k2 {
-template Status run_forward<__nv_bfloat16, 192, 192>(const Problem&);
-}  // namespace flashattn::k2
