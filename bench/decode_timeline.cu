@@ -1,11 +1,11 @@
 // Where a short decode step spends its time: the split and combine kernels of the library, with
-// %globaltimer and clock64 stamps compiled in (the FA_DECODE_STAMP hooks of kernel.cuh and
-// combine.cuh; empty in the library), with 4- and 8-warp split blocks at several split counts,
+// %globaltimer and clock64 stamps compiled in (the FA_TRACE hooks of kernel.cuh and
+// combine.cuh, common/trace.h; empty in the library), with 4- and 8-warp split blocks at several split counts,
 // timed as flashattn-bench --decode times them (events around each call, enqueued back to back,
 // inputs rotated over > 256 MB, median of 30) beside a plain read of the same bytes. A diagnosis
 // tool, not part of the library build: the stamps cost a global store each. Build and run on the
 // GPU machine (from the repository root):
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -o /tmp/dtl
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -o /tmp/dtl
 //     bench/decode_timeline.cu src/api/decode_splits.cpp   (one command), then /tmp/dtl
 // For each shape it prints the event-timed median with stamps off and on, and the medians over
 // the timed calls of the stamps relative to the first split block's start (microseconds).
@@ -62,8 +62,9 @@ __device__ __forceinline__ void stamp_combine(int slot) {
   tl[(size_t(g_call) * gridDim.x + blockIdx.x) * 8 + slot] = now(0);
   tl[(size_t(g_call) * gridDim.x + blockIdx.x) * 8 + 4 + slot] = clock64();
 }
-#define FA_DECODE_STAMP(slot, dep) stamp_split(slot, dep)
-#define FA_DECODE_STAMP_COMBINE(slot) stamp_combine(slot)
+// The library's trace hooks (common/trace.h): role 0 is the split kernel, 1 the combine.
+#define FA_TRACE_HOOK(role, slot, after) \
+  ((role) == 0 ? stamp_split(slot, after) : stamp_combine(slot))
 // The plain read's start and end in the same record slots as a split block's (0 and 5).
 #define READ_FLOOR_BEGIN()                 \
   if (g_tl != nullptr && threadIdx.x == 0) \
@@ -72,7 +73,7 @@ __device__ __forceinline__ void stamp_combine(int slot) {
   __syncthreads();                         \
   if (g_tl != nullptr && threadIdx.x == 0) \
   g_tl[(size_t(g_call) * gridDim.x + blockIdx.x) * kRec + 5] = now(dep)
-#include "api/decode_problem.h"
+#include "common/decode_problem.h"
 #include "api/decode_splits.h"
 #include "kernels/decode/combine.cuh"
 #include "kernels/decode/kernel.cuh"

@@ -3,24 +3,20 @@
 //     LSE = (M + log2 Σ w_s)·ln 2   (natural log, as forward() reports it).
 // A row no split saw a key for (every lse_s = -inf) gets O = 0 and LSE = -inf.
 //
-// Measured alternative (H100, 2026-11-22, docs/PERF.md "Decode"): the merge folded into the split
+// Measured alternative (H100, 2026-11-22, docs/perf/decode.md): the merge folded into the split
 // kernel, done by the last split block of each row chunk (an atomic counter per chunk, partials
 // read back in split order so the result stays deterministic). The counters must be zero before
 // the split kernel runs, which took a small prologue kernel (the split kernel its programmatic
 // dependent launch): end to end 1.3 us slower at batch 1 / 16k keys (34.4 vs 33.1 us), 1.3 us at
 // 32k, 0.4 us at batch 8 / 4k. The prologue launch costs what the separate combine cost, and the
 // last block's merge (an atomic round trip, then the partials from L2) is no shorter than this
-// kernel's work once its wait returns. Measured again on 2026-11-23 (docs/PERF.md "Decode",
+// kernel's work once its wait returns. Measured again on 2026-11-23 (docs/perf/decode.md,
 // fourth pass): without any prologue (flags in the workspace tagged per call), the last split
 // merging in shared memory lost 3.5-5.3 us, because one SM pulls the 31 splits' partials from L2
 // at 15-20 GB/s (cp.async or TMA bulk copies alike) where this kernel spreads them over 32 SMs;
 // and releasing this kernel's blocks by per-row flags instead of griddepcontrol.wait gained
 // nothing (docs/experiments/decode_in_kernel_merge.patch).
 #pragma once
-
-#ifndef FA_DECODE_STAMP_COMBINE
-#define FA_DECODE_STAMP_COMBINE(slot)  // a diagnosis hook, as FA_DECODE_STAMP in kernel.cuh
-#endif
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,6 +26,7 @@
 #include "common/decode_problem.h"
 #include "common/convert.cuh"
 #include "kernels/decode/ptx_sm80.cuh"
+#include "kernels/decode/trace.h"
 
 namespace flashattn::decoding {
 
@@ -42,9 +39,9 @@ inline constexpr int kCombineWarps = 4;
 // The result is the exact merge up to fp32 rounding, and the same on every run (fixed order).
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const DecodeProblem p) {
-  FA_DECODE_STAMP_COMBINE(0);
+  FA_TRACE(kTraceCombine, 0, 0);
   wait_for_primary();  // the split grid and its partials are complete (programmatic launch)
-  FA_DECODE_STAMP_COMBINE(1);
+  FA_TRACE(kTraceCombine, 1, 0);
   constexpr int kPer = kHeadDim / 32;
   constexpr int kBatch = 8;  // splits per warp in flight
   __shared__ float part[kCombineWarps][kHeadDim];
@@ -95,7 +92,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     }
     m = m_new;
   }
-  FA_DECODE_STAMP_COMBINE(3);
+  FA_TRACE(kTraceCombine, 3, 0);
 #pragma unroll
   for (int c = 0; c < kPer; ++c) part[warp][lane * kPer + c] = acc[c];
   if (lane == 0) {
@@ -146,7 +143,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] =
         W > 0.f ? (M + log2f(W)) * kLn2 : neg_inf;
   }
-  FA_DECODE_STAMP_COMBINE(2);
+  FA_TRACE(kTraceCombine, 2, 0);
 }
 
 }  // namespace flashattn::decoding

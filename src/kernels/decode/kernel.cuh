@@ -19,12 +19,7 @@
 #include "common/math_constants.h"
 #include "kernels/decode/ptx_sm80.cuh"
 #include "kernels/decode/tile_size.h"
-
-// Diagnosis hook: bench/decode_timeline.cu defines it to record %globaltimer at the marked
-// points (slot, a value the stamp must wait for); in the library it is empty.
-#ifndef FA_DECODE_STAMP
-#define FA_DECODE_STAMP(slot, dep)
-#endif
+#include "kernels/decode/trace.h"
 
 namespace flashattn::decoding {
 
@@ -74,13 +69,13 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   const int hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = chunk * kRows;
-  FA_DECODE_STAMP(0, 0);
+  FA_TRACE(kTraceSplit, 0, 0);
 
   // Keys this entry attends to. Clamped to the capacity so that unchecked bad lengths
   // (check_indices off) still read nothing outside the cache. Measured (H100, b1/16k): issuing
   // the first K/V tiles before this load resolves (tiles dealt round-robin over the splits so that
   // a warp's first tiles do not depend on the length) gained nothing over waiting for it
-  // (34.4 us both ways, docs/PERF.md "Decode").
+  // (34.4 us both ways, docs/perf/decode.md).
   const int len = min(max(p.cache_seqlens[b] + p.seqlen_new, 0), p.capacity);
   const Mask mask{p.seqlen_q, len, p.window_left, p.window_right};
   const int q_first = r0 / p.group;
@@ -92,7 +87,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   const int t_begin = min(split * per_split, tiles);
   const int t_end = min(t_begin + per_split, tiles);
   const int mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
-  FA_DECODE_STAMP(1, mine);
+  FA_TRACE(kTraceSplit, 1, mine);
 
   // Q rows of the chunk into shared memory (zeros past the last row), as the first cp.async
   // group: a plain load would stall every thread for a memory latency before the K/V stream
@@ -121,7 +116,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   // K/V is read once: loads carry an L2 evict-first hint, so the stream does not push out what is
   // read again (the partials the combine kernel reads back, Q, the lengths). Measured (H100,
   // bench/decode_timeline.cu, same call): -0.5 us on the split kernel alone, -0.7 to -1.0 us end
-  // to end at batch 1 / 16k-32k keys and batch 8 / 4k (docs/PERF.md "Decode", fourth pass).
+  // to end at batch 1 / 16k-32k keys and batch 8 / 4k (docs/perf/decode.md, fourth pass).
   const uint64_t kv_policy = l2_evict_first();
   auto load_tile = [&](int t, int stage) {
     Element* ks = ring + stage * 2 * C::kTile;
@@ -187,7 +182,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     cp_async_commit();
     cp_async_wait<C::kStages - 1>();
     __syncwarp();  // every lane's copies of tile i have landed
-    if (i == 0) FA_DECODE_STAMP(2, 0);
+    if (i == 0) FA_TRACE(kTraceSplit, 2, 0);
     const Element* ks = ring + (i % C::kStages) * 2 * C::kTile;
     const Element* vs = ks + C::kTile;
 
@@ -259,7 +254,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     __syncwarp();  // all lanes are done with this stage before it is refilled
   }
   cp_async_wait<0>();
-  FA_DECODE_STAMP(3, 0);
+  FA_TRACE(kTraceSplit, 3, 0);
   launch_dependents();
 
 #pragma unroll
@@ -273,7 +268,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   const int rows_here = min(kRows, p.rows - r0);
   const bool row_lo = g < rows_here, row_hi = g + 8 < rows_here;
   __syncthreads();  // every warp is done with the ring the merge area overlaps
-  FA_DECODE_STAMP(6, 0);
+  FA_TRACE(kTraceSplit, 6, 0);
   float* mo = merge + warp * kRows * C::kMergeStride;
   float* ml = merge + kWarps * kRows * C::kMergeStride;  // [warp][row][m, l]
 #pragma unroll
@@ -295,7 +290,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     ml[(warp * kRows + g + 8) * 2 + 1] = l[1];
   }
   __syncthreads();
-  FA_DECODE_STAMP(4, 0);
+  FA_TRACE(kTraceSplit, 4, 0);
 
   // Every thread takes (row, 4 columns) pieces of the real rows: one 16-byte load per warp from
   // shared memory (consecutive threads, consecutive pieces: no bank conflicts) and one store.
@@ -346,7 +341,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       if (col == 0) p.lse_partial[prow] = lse2;
     }
   }
-  FA_DECODE_STAMP(5, 0);
+  FA_TRACE(kTraceSplit, 5, 0);
 }
 
 }  // namespace flashattn::decoding

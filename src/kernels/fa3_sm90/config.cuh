@@ -1,33 +1,22 @@
-// Compile-time shape of one Hopper forward instantiation: the stage (K4, K5, K6), tile sizes,
-// warp roles with their register budgets, shared-memory layouts (the 128-byte swizzles wgmma and
+// Compile-time shape of one Hopper forward instantiation: its schedule (schedule.cuh), tile sizes,
+// the register budgets of its warp roles, shared-memory layouts (the 128-byte swizzles wgmma and
 // TMA agree on), the two tiled wgmma's and the TMA copy types.
 #pragma once
 
+// cute/tensor.hpp first: the atom headers below are not self-contained without it.
+#include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
-#include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "kernels/fa3_sm90/schedule.cuh"
 #include "kernels/fa3_sm90/tile_size.h"
 
 namespace flashattn::fa3 {
 
 using namespace cute;
-
-// Each stage is one idea on top of the last (docs/DESIGN.md, docs/PERF.md):
-//   k4: TMA ring + wgmma; every thread computes, one thread also issues the loads in line.
-//   k5: + warp specialization: a producer warp issues TMA, two consumer warpgroups compute,
-//       registers moved from producer to consumers with setmaxnreg.
-//   k6: + ping-pong of the two consumer warpgroups (named barriers order their GEMMs so one's
-//       softmax runs under the other's GEMMs), softmax of block j overlapping Q·Kᵀ of block j+1
-//       inside each warpgroup, and a persistent, longest-first tile scheduler.
-enum class Stage { k4, k5, k6 };
-
-// Warp roles of the warp-specialized stages. Registers per thread (setmaxnreg) are per config
-// (Config::kProducerRegs, kConsumerRegs): the producer gives up what the consumers need.
-enum class Role { producer, consumer };
 
 // K-major shared-memory atom for rows of kCols 16-bit elements: the widest swizzle whose span
 // divides the row (128-byte swizzle needs rows of a multiple of 64 elements).
@@ -69,16 +58,16 @@ struct TmaStoreO {
   using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensor{}, LayoutOWG{}, Tile{}, _1{}));
 };
 
-template <class Element_, int kHeadDim_, int kHeadDimV_, Stage kStage_>
+template <class Element_, int kHeadDim_, int kHeadDimV_, class Schedule_>
 struct Config {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
+  using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
-  static constexpr Stage kStage = kStage_;
-  static constexpr bool kWarpSpecialized = kStage != Stage::k4;
-  static constexpr bool kPingpong = kStage == Stage::k6;
-  static constexpr bool kOverlap = kStage == Stage::k6;     // softmax(j) under Q·Kᵀ(j+1)
-  static constexpr bool kPersistent = kStage == Stage::k6;  // one block per SM walks tiles
+  static constexpr bool kWarpSpecialized = Schedule::kWarpSpecialized;
+  static constexpr bool kPingpong = Schedule::kPingpong;
+  static constexpr bool kOverlap = Schedule::kOverlap;
+  static constexpr bool kPersistent = Schedule::kPersistent;
 
   static constexpr TileSize kTile = tile_size(kHeadDim, kHeadDimV);
   static constexpr int kBlockM = kTile.block_m;
@@ -88,11 +77,9 @@ struct Config {
   static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
   static_assert(kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3, "2 or 3 consumer warpgroups");
-  // Registers per thread of the warp-specialized stages (setmaxnreg, multiples of 8): a block's
-  // 65536 are 512 per thread index of a warpgroup, shared by the producer and the consumers:
-  // 24 + 2 x 240 = 504, 24 + 3 x 160 = 504.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = kConsumerWarpGroups == 2 ? 240 : 160;
+  // Registers per thread of the warp-specialized schedules (setmaxnreg; the table in schedule.cuh).
+  static constexpr int kProducerRegs = role_registers(Role::producer, kConsumerWarpGroups);
+  static constexpr int kConsumerRegs = role_registers(Role::consumer, kConsumerWarpGroups);
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDimV>, Int<kBlockN>>;
@@ -159,7 +146,7 @@ struct Config {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutO>> o;
     alignas(16) uint64_t q_full;   // Q landed (TMA transaction barrier)
     alignas(16) uint64_t q_empty;  // consumers are done with Q
-    // Warp-specialized stages hand tiles around through shared memory (kernel_fwd_sm90.cuh):
+    // Warp-specialized schedules hand tiles around through shared memory (kernel_fwd_sm90.cuh):
     // the producer announces `tile` with q_full (>= the tile count: no more tiles); a consumer
     // thread draws the block's next tile into `next_tile` and arrives on next_ready.
     alignas(16) uint64_t next_ready;

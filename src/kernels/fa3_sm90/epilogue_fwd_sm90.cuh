@@ -12,7 +12,11 @@
 #include <cutlass/arch/barrier.h>
 
 #include "common/named_barrier.cuh"
-#include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
+#include "kernels/fa3_sm90/config.cuh"
+#include "kernels/fa3_sm90/params_fwd_sm90.cuh"
+#include "kernels/fa3_sm90/schedule.cuh"
+#include "kernels/fa3_sm90/softmax_sm90.cuh"
+#include "kernels/fa3_sm90/tile_work.cuh"
 #include "kernels/fa3_sm90/timeline.cuh"
 
 namespace flashattn::fa3 {
@@ -39,9 +43,9 @@ struct Epilogue {
     return static_cast<Element*>(params.p.o) + w.seq.o_offset;
   }
 
-  template <class FragO>
+  template <class FragO, class Softmax>
   __device__ __forceinline__ void store(SharedStorage& ss, const TileWork& w, FragO& tOrO,
-                                        typename Consumer<C>::Softmax& softmax,
+                                        Softmax& softmax,
                                         const typename C::TiledMmaPV& mma_pv) const {
     const Problem& p = params.p;
     const int ctid = consumer_tid(), wg = ctid / 128;
@@ -51,7 +55,7 @@ struct Epilogue {
     scale_rows(o, inv);
     Tensor rO = make_tensor_like<Element>(tOrO);
     convert_into(tOrO, rO);
-    FA_TL(1 + wg, kEpiConvert);
+    FA_TRACE(1 + wg, kEpiConvert, 0);
 
     auto thr_pv = mma_pv.get_thread_slice(ctid);
     constexpr int kCols = C::kOCols;  // columns staged per pass (C::kOPasses passes)
@@ -71,12 +75,12 @@ struct Epilogue {
       // by the thread that issued it) or, plain, its threads' own reads are done.
       if (wtid == 0) tma_store_wait<0>();
       named_barrier_sync(kEpilogueWG0 + wg, 128);
-      FA_TL(1 + wg, kEpiBar1);
+      FA_TRACE(1 + wg, kEpiBar1, 0);
       Tensor rO_pass = make_tensor(rO.data() + pass * size(PassLayout{}), PassLayout{});
       copy(stsm, thr_stsm.retile_S(rO_pass), thr_stsm.partition_D(sO));
       tma_store_fence();                           // the writes, visible to the TMA unit
       named_barrier_sync(kEpilogueWG0 + wg, 128);  // every row of the warpgroup is written
-      FA_TL(1 + wg, kEpiStaged);
+      FA_TRACE(1 + wg, kEpiStaged, 0);
 
       // One TMA store of the warpgroup's 64 rows (of this pass's columns); rows past the
       // sequence's end are clipped by the tensor's bounds. Left in flight: the next pass or
@@ -111,7 +115,7 @@ struct Epilogue {
         }
       }
     }
-    FA_TL(1 + wg, kEpiStored);
+    FA_TRACE(1 + wg, kEpiStored, 0);
 
     if (p.lse != nullptr && ctid % 4 == 0) {  // one lane of each quad holds the row's values
       Tensor coords = rowcol(thr_pv.partition_C(

@@ -1,19 +1,23 @@
-// The Hopper forward kernel: assigns warp roles and walks tiles; the work is in the collectives
-// (mainloop_fwd_sm90_tma_wgmma.cuh, epilogue_fwd_sm90.cuh).
+// The Hopper forward kernel, kernel<Schedule, Mainloop, Epilogue>: assigns warp roles and walks
+// tiles; the work is in the collectives: the TMA load collective (load_sm90_tma.cuh), the
+// mainloop (mainloop_fwd_sm90_tma_wgmma.cuh) and the epilogue (epilogue_fwd_sm90.cuh).
 //
-//   K4: two consumer warpgroups; thread 0 also issues every TMA, in line with its compute.
-//   K5/K6: warpgroup 0 is the producer (one thread issues TMA; the group drops to 24 registers),
-//          warpgroups 1 and 2 consume (240 registers each).
-//   K6 also runs persistently: one block per SM walks the scheduler's tiles in rounds.
+//   ScheduleK4: every warpgroup consumes; thread 0 also issues every TMA, in line with its compute.
+//   ScheduleK5/K6: warpgroup 0 is the producer (one thread issues TMA; the group drops to 24
+//          registers), the others consume (240 registers each, 160 with three at d 64).
+//   ScheduleK6 also runs persistently: one block per SM walks the scheduler's tiles in rounds.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "kernels/fa3_sm90/config.cuh"
-#include "kernels/fa3_sm90/epilogue_fwd_sm90.cuh"
-#include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
+#include <type_traits>
+
+#include "kernels/fa3_sm90/load_sm90_tma.cuh"
+#include "kernels/fa3_sm90/params_fwd_sm90.cuh"
+#include "kernels/fa3_sm90/schedule.cuh"
+#include "kernels/fa3_sm90/tile_work.cuh"
 #include "kernels/fa3_sm90/timeline.cuh"
 
 namespace flashattn::fa3 {
@@ -32,8 +36,13 @@ __device__ __forceinline__ int load_tile_slot(const int* slot) {
   return tile;
 }
 
-template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_constant__ Params<C> params) {
+// MainloopT is a mainloop collective over an instantiation's Config (MainloopT::Cfg), with its
+// kernel parameters (MainloopT::Params) and load collective (MainloopT::Load); EpilogueT stores
+// what it leaves in registers. The schedule says which warp does what.
+template <class ScheduleT, class MainloopT, class EpilogueT, class C = typename MainloopT::Cfg>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    fwd_kernel(const __grid_constant__ typename MainloopT::Params params) {
+  static_assert(std::is_same_v<ScheduleT, typename C::Schedule>);
   using SharedStorage = typename C::SharedStorage;
   using PipelineKV = typename C::PipelineKV;
   using PipelineState = cutlass::PipelineState<C::kStages>;
@@ -42,31 +51,31 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
 
   const int warp_group = threadIdx.x / 128;
-  const bool producer = C::kWarpSpecialized && warp_group == 0;
-  const Loader<C> loader{params};
+  const bool producer = role_of<ScheduleT>(warp_group) == Role::producer;
+  const typename MainloopT::Load loader{params};
   if (threadIdx.x == 0) {
     Barrier::init(&ss.q_full, 1);
     Barrier::init(&ss.q_empty, C::kConsumerThreads);
     Barrier::init(&ss.next_ready, 1);
     loader.prefetch_descriptors();
-    FA_TL_INIT();
+    FA_TRACE_INIT();
   }
   using Category = typename PipelineKV::ThreadCategory;
   auto [pipe_k, pipe_v] = make_kv_ring<C>(ss,
-                                          !C::kWarpSpecialized ? Category::ProducerConsumer
+                                          !ScheduleT::kWarpSpecialized ? Category::ProducerConsumer
                                           : producer           ? Category::Producer
                                                                : Category::Consumer,
                                           C::kConsumerThreads);
   cutlass::arch::fence_barrier_init();
   __syncthreads();
-  FA_TL(warp_group, kBegin);
+  FA_TRACE(warp_group, kBegin, 0);
 
   const int num_tiles = params.scheduler.num_tiles();
   // Persistent (K6): gridDim.x blocks walk the tiles, in static rounds or drawing from
   // params.tile_counter; otherwise one tile per block. (K6 launched with one block per tile,
-  // FLASHATTN_K6_PERSISTENT=0, ends after its first tile.)
-  const int grid_blocks = C::kPersistent ? gridDim.x : num_tiles;
-  if constexpr (C::kWarpSpecialized) {
+  // DebugOptions::persistent off, ends after its first tile.)
+  const int grid_blocks = ScheduleT::kPersistent ? gridDim.x : num_tiles;
+  if constexpr (ScheduleT::kWarpSpecialized) {
     if (producer) {
       cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
       if (threadIdx.x != 0) return;
@@ -82,11 +91,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
         TileWork w;
         if (tile < num_tiles) w = tile_work(params, tile);
         if (announced > 0) Barrier::wait(&ss.q_empty, (announced - 1) & 1);  // slot, Q free
-        FA_TL(0, kProdTile);
+        FA_TRACE(0, kProdTile, 0);
         store_tile_slot(&ss.tile, min(tile, num_tiles));
         if (tile >= num_tiles) {
           Barrier::arrive(&ss.q_full);
-          FA_TL(0, kExit);
+          FA_TRACE(0, kExit, 0);
           return;
         }
         if (w.skip || w.empty()) {
@@ -95,24 +104,24 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
           loader.load_q(ss, w);
           for (int n = w.n_max - 1; n >= w.n_min; --n, ++state) {
             loader.load_kv(ss, pipe_k, pipe_v, state, w, n);
-            FA_TL(0, kProdKV);
+            FA_TRACE(0, kProdKV, 0);
           }
         }
         Barrier::wait(&ss.next_ready, announced & 1);
-        FA_TL(0, kProdNext);
+        FA_TRACE(0, kProdNext, 0);
         tile = load_tile_slot(&ss.next_tile);
       }
     }
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
   }
 
-  const int ctid = threadIdx.x - (C::kWarpSpecialized ? 128 : 0);
-  Consumer<C> consumer{{}, {}, params.p, params.softmax, ctid, ctid / 128};
-  const Epilogue<C> epilogue{params};
+  const int ctid = threadIdx.x - (ScheduleT::kWarpSpecialized ? 128 : 0);
+  MainloopT consumer{{}, {}, params.p, params.softmax, ctid, ctid / 128};
+  const EpilogueT epilogue{params};
   // Ping-pong: the warpgroups issue their GEMMs in turn, 0, 1, (2,) 0, ...: each waits on its
   // own barrier and then arrives on the next one's. Warpgroup 0 goes first: the last one's
   // standing arrival lets it.
-  if constexpr (C::kPingpong) {
+  if constexpr (ScheduleT::kPingpong) {
     if (consumer.wg == C::kConsumerWarpGroups - 1) named_barrier_arrive(kPingpongWG0, 2 * 128);
   }
   PipelineState state;
@@ -121,12 +130,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
   auto compute_tile = [&](int tile, const TileWork& w) {
     if (w.empty()) {
       epilogue.store_empty(w);
-      if constexpr (C::kWarpSpecialized) Barrier::arrive(&ss.q_empty);
+      if constexpr (ScheduleT::kWarpSpecialized) Barrier::arrive(&ss.q_empty);
       return;
     }
     // K4: thread 0 refills a stage as soon as it is released.
     auto refill = [&](int visited) {
-      if constexpr (!C::kWarpSpecialized) {
+      if constexpr (!ScheduleT::kWarpSpecialized) {
         const int next = visited + C::kStages;
         if (threadIdx.x == 0 && next < w.n_max - w.n_min) {
           loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - next);
@@ -134,9 +143,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
         }
       }
     };
-    typename Consumer<C>::Softmax softmax(fabsf(params.p.scale_log2));
-    typename Consumer<C>::FragO tOrO;
-    if constexpr (C::kOverlap) {
+    typename MainloopT::Softmax softmax(fabsf(params.p.scale_log2));
+    typename MainloopT::FragO tOrO;
+    if constexpr (ScheduleT::kOverlap) {
       consumer.mainloop_overlap(ss, pipe_k, pipe_v, state, w, tOrO, softmax);
     } else {
       consumer.mainloop_plain(ss, pipe_k, pipe_v, state, w, tOrO, softmax, refill);
@@ -146,18 +155,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
     epilogue.store(ss, tile_work(params, tile), tOrO, softmax, consumer.mma_pv);
   };
 
-  if constexpr (C::kWarpSpecialized) {
+  if constexpr (ScheduleT::kWarpSpecialized) {
     // The producer announces each tile (above); the first consumer thread draws the one after
     // it as soon as this one is known, from the counter (uneven tiles) or the static rounds.
     for (int t = 0;; ++t) {
       Barrier::wait(&ss.q_full, t & 1);
       const int tile = load_tile_slot(&ss.tile);
       if (tile >= num_tiles) {
-        FA_TL(1 + consumer.wg, kExit);
+        FA_TRACE(1 + consumer.wg, kExit, 0);
         epilogue.finish();
         break;
       }
-      FA_TL(1 + consumer.wg, kTile);
+      FA_TRACE(1 + consumer.wg, kTile, 0);
       if (ctid == 0) {
         const int next = params.tile_counter != nullptr
                              ? atomicAdd(params.tile_counter, 1) + grid_blocks
@@ -171,7 +180,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(const __grid_consta
         continue;
       }
       compute_tile(tile, w);
-      FA_TL(1 + consumer.wg, kEpilogue);
+      FA_TRACE(1 + consumer.wg, kEpilogue, 0);
     }
   } else {
     // K4: every thread walks the tiles; thread 0 loads Q and fills the ring in line.

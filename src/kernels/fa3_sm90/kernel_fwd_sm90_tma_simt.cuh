@@ -24,7 +24,9 @@
 #include <type_traits>
 
 #include "kernels/fa3_sm90/config.cuh"
-#include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
+#include "kernels/fa3_sm90/load_sm90_tma.cuh"
+#include "kernels/fa3_sm90/params_fwd_sm90.cuh"
+#include "kernels/fa3_sm90/tile_work.cuh"
 #include "kernels/k2_simt/compute.cuh"
 
 namespace flashattn::fa3 {

@@ -1,6 +1,6 @@
 // Host side of the Hopper family: builds the TMA descriptors and the tile scheduler for one
-// (element type, head_dim, head_dim_v, stage) instantiation and launches the kernel. Each
-// instantiation lives in its own file in inst/ (extern templates below); launch.cu dispatches.
+// (element type, head_dim, head_dim_v, schedule) instantiation and launches the kernel. Each
+// instantiation is a generated file (cmake/instantiations.cmake); launch.cu dispatches.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +13,10 @@
 #include "common/problem.h"
 #include "common/cuda_check.h"
 #include "common/workspace.h"
+#include "kernels/fa3_sm90/config.cuh"
+#include "kernels/fa3_sm90/epilogue_fwd_sm90.cuh"
 #include "kernels/fa3_sm90/kernel_fwd_sm90.cuh"
+#include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
 
 namespace flashattn::fa3 {
 
@@ -87,9 +90,9 @@ Status make_params(const Problem& p, const DebugOptions& debug, Params<C>& param
   return Status::success();
 }
 
-template <class Element, int kHeadDim, int kHeadDimV, Stage kStage>
+template <class Element, int kHeadDim, int kHeadDimV, class Schedule>
 Status run_forward(const Problem& p, const DebugOptions& debug) {
-  using C = Config<Element, kHeadDim, kHeadDimV, kStage>;
+  using C = Config<Element, kHeadDim, kHeadDimV, Schedule>;
   Params<C> params;
   int tiles = 0;
   if (Status s = make_params(p, debug, params, tiles); !s.ok()) return s;
@@ -105,7 +108,7 @@ Status run_forward(const Problem& p, const DebugOptions& debug) {
     FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     grid = std::min(grid, sms);
   }
-  const auto kernel = fwd_kernel<C>;
+  const auto kernel = fwd_kernel<Schedule, MainloopFwd<C>, Epilogue<C>>;
   FA_CUDA_TRY(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   const auto stream = static_cast<cudaStream_t>(p.stream);
@@ -126,28 +129,8 @@ Status run_forward(const Problem& p, const DebugOptions& debug) {
   const cudaError_t launched = cudaGetLastError();
   const Status freed = workspace_free(counter, stream);
   if (launched != cudaSuccess) return cuda_status(launched, "hopper fwd_kernel launch");
-  FA_TL_DUMP(debug.timeline_out);
+  FA_TRACE_DUMP(debug.timeline_out);
   return freed;
 }
-
-#define FA_FA3_EXTERN(stage)                                                       \
-  extern template Status run_forward<cutlass::bfloat16_t, 64, 64, stage>(const Problem&, const DebugOptions&);   \
-  extern template Status run_forward<cutlass::bfloat16_t, 96, 96, stage>(const Problem&, const DebugOptions&);   \
-  extern template Status run_forward<cutlass::bfloat16_t, 128, 128, stage>(const Problem&, const DebugOptions&); \
-  extern template Status run_forward<cutlass::bfloat16_t, 192, 192, stage>(const Problem&, const DebugOptions&); \
-  extern template Status run_forward<cutlass::bfloat16_t, 192, 128, stage>(const Problem&, const DebugOptions&); \
-  extern template Status run_forward<cutlass::bfloat16_t, 256, 256, stage>(const Problem&, const DebugOptions&); \
-  extern template Status run_forward<cutlass::half_t, 64, 64, stage>(const Problem&, const DebugOptions&);       \
-  extern template Status run_forward<cutlass::half_t, 96, 96, stage>(const Problem&, const DebugOptions&);       \
-  extern template Status run_forward<cutlass::half_t, 128, 128, stage>(const Problem&, const DebugOptions&);     \
-  extern template Status run_forward<cutlass::half_t, 192, 192, stage>(const Problem&, const DebugOptions&);     \
-  extern template Status run_forward<cutlass::half_t, 192, 128, stage>(const Problem&, const DebugOptions&);     \
-  extern template Status run_forward<cutlass::half_t, 256, 256, stage>(const Problem&, const DebugOptions&);
-FA_FA3_EXTERN(Stage::k6)
-#undef FA_FA3_EXTERN
-extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k4>(const Problem&, const DebugOptions&);
-extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k4>(const Problem&, const DebugOptions&);
-extern template Status run_forward<cutlass::bfloat16_t, 128, 128, Stage::k5>(const Problem&, const DebugOptions&);
-extern template Status run_forward<cutlass::half_t, 128, 128, Stage::k5>(const Problem&, const DebugOptions&);
 
 }  // namespace flashattn::fa3

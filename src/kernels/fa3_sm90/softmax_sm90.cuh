@@ -82,18 +82,19 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// FlashAttention-4's two softmax ideas (docs/PERF.md has the ablation on the H100).
+// FlashAttention-4's two softmax ideas (docs/perf/forward-hopper.md has the ablation on the H100).
 struct SoftmaxOptions {
   // Keep a row's reference max while the true max grew by at most kRescaleSlack (log2 units):
   // P may then reach 2^8, harmless in fp32 accumulators and in bf16/fp16 P, and O's rescale is
   // skipped for a warp whose rows all kept theirs. The final 1/l uses the same reference: exact.
-  // A run-time switch (FLASHATTN_FA4, launch.cuh); on by default: +1-5 % measured.
+  // A run-time switch (DebugOptions::conditional_rescale, flashattn-bench --fa4); on by default:
+  // +1-5 % measured.
   bool conditional_rescale = true;
 };
 inline constexpr float kRescaleSlack = 8.f;
 // One exponential in kExp2EmulationPeriod by exp2_poly on the FMA pipe instead of MUFU; 0 = none.
 // A compile-time constant (a run-time branch kept both loops and their registers in every
-// kernel); -DFLASHATTN_EXP2_EMULATION_PERIOD=N builds the ablation. docs/PERF.md has the
+// kernel); -DFLASHATTN_EXP2_EMULATION_PERIOD=N builds the ablation. docs/perf/forward-hopper.md has the
 // measurements: MUFU.EX2 issues one warp instruction per 8 cycles per SM partition (16 per SM
 // per cycle), the softmax's largest single cost on the H100.
 #ifndef FLASHATTN_EXP2_EMULATION_PERIOD

@@ -1,10 +1,11 @@
-// A per-warp timeline of the Hopper kernels, for diagnosis only: compiled in by the CMake option
-// FLASHATTN_TIMELINE (never in a normal build, where every macro below is empty; bench/timeline.py
-// says how to build, run and read it).
+// A per-warp timeline of the Hopper kernels, for diagnosis only: the hooks of the one trace scheme
+// (common/trace.h), compiled in by the CMake option FLASHATTN_TIMELINE (never in a normal build,
+// where FA_TRACE and friends are empty; bench/timeline.py says how to build, run and read it).
+// Every Hopper header that traces includes this one, so the hooks are defined before trace.h.
 //
 // The first kTraceBlocks blocks record (tag, SM clock) pairs from one thread per role: the
 // producer thread and lane 0 of each consumer warpgroup's first warp. After each launch the host
-// side (FA_TL_DUMP, in run_forward) copies the records of that launch into the file named
+// side (FA_TRACE_DUMP, in run_forward) copies the records of that launch into the file named
 // by DebugOptions::timeline_out (flashattn-bench --timeline-out), overwriting it; bench/timeline.py reads it. The stamps cost a clock
 // read, a shared-memory counter and a global store each, so the traced kernel runs slightly
 // slower than the real one: read the timeline for where time goes, not for absolute speed.
@@ -110,21 +111,13 @@ inline void dump(const char* path) {
 #endif
 
 #ifdef FLASHATTN_TIMELINE
-#define FA_TL_INIT() ::flashattn::fa3::timeline::init()
-#define FA_TL(role, tag)                                                        \
+// The hooks of common/trace.h: one thread per role records (lane 0 of its warpgroup).
+#define FA_TRACE_HOOK(role, tag, after)                                        \
   do {                                                                          \
     if (::flashattn::fa3::timeline::tid_x() % 128 == 0)                         \
       ::flashattn::fa3::timeline::stamp(role, ::flashattn::fa3::timeline::tag); \
   } while (0)
-#define FA_TL_DUMP(path) ::flashattn::fa3::timeline::dump(path)
-#else
-#define FA_TL_INIT() \
-  do {               \
-  } while (0)
-#define FA_TL(role, tag) \
-  do {                   \
-  } while (0)
-#define FA_TL_DUMP(path) \
-  do {                   \
-  } while (0)
+#define FA_TRACE_INIT_HOOK() ::flashattn::fa3::timeline::init()
+#define FA_TRACE_DUMP_HOOK(path) ::flashattn::fa3::timeline::dump(path)
 #endif
+#include "common/trace.h"
