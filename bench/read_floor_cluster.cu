@@ -5,7 +5,7 @@
 // shapes such a decode would take: 256 blocks x 128 threads at two per SM (today's split grid),
 // 128 blocks x 256 threads at one per SM, each with and without clusters of 8 or 16 that end in a
 // cluster barrier. It also prints cudaOccupancyMaxActiveClusters and how many SMs the blocks land
-// on. docs/PERF.md "Decode" quotes it. Build and run on the GPU machine:
+// on. docs/perf/decode.md quotes it. Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/rfc
 //   bench/read_floor_cluster.cu /tmp/rfc
 #include <set>

@@ -2,7 +2,7 @@
 // no arithmetic) costs when timed as flashattn-bench --decode times decode (events around each
 // call, enqueued back to back, median; inputs rotated over > 256 MB), beside the 1 GiB
 // device-to-device copy and an empty kernel. The sizes are the K+V bytes of batch 1 at 8k..64k
-// keys (32/8 heads, hd 128). docs/PERF.md "Decode" quotes it. Build and run on the GPU machine:
+// keys (32/8 heads, hd 128). docs/perf/decode.md quotes it. Build and run on the GPU machine:
 //   nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o /tmp/read_floor bench/read_floor_decode.cu
 //   /tmp/read_floor
 #include "read_floor.cuh"

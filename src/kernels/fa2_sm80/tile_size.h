@@ -48,7 +48,7 @@ struct TileSize {
 //            Earlier, 128 x 64 keys in steps of 32 (238 regs):
 //            305 / 325 / 341 / 351 / 352 (s1024 .. s16k; 0.90 .. 1.00 of flash), causal 245 ..
 //            359 (0.98 .. 1.12). Before: 128 x 32 (253/254 regs, two barriers per 32 keys): 290 /
-//            309 / 324 / 338 / 340 (docs/PERF.md, another run). Expected +5-8% from a quarter of
+//            309 / 324 / 338 / 340 (docs/perf/fa2.md, another run). Expected +5-8% from a quarter of
 //            the barriers; got +3-4%: the split re-reads Q from shared memory per 32-key step, and
 //            the gap to flash is largest at short sequences (0.88 at s1024 against 1.00 at s16k),
 //            i.e. it is mostly a per-tile fixed cost that the key-block shape does not touch. 128 x
@@ -65,12 +65,13 @@ struct TileSize {
 //            1.03 of flash), causal 180 .. 342 (0.87 .. 1.15); s512 and s1024 dense stay under
 //            flash (0.91, 0.95): one block per SM leaves the prologue and epilogue of every
 //            tile exposed. Before: 253 / 286 / 310 (s512 .. s2048) with the mask's block order
-//            (docs/PERF.md), 275 (s1024), 308 (s4096) before the shorter in-loop state.
+//            (docs/perf/fa2.md), 275 (s1024), 308 (s4096) before the shorter in-loop state.
 //            With lazy rescale 253 / 283: with one block per SM nothing hides the serialised
 //            rescale. 128 x 32, 8 warps, 2 stages (128 KB): 227 / 251 / 263 (s16k), against 253 /
 //            283 / 295. Two stages of 128 x 64 would need 192 KB, more than an sm_80 block can
 //            have.
-// The full grid against PyTorch's FA2 is in docs/PERF.md and bench/results/.
+// The full grid against PyTorch's FA2 is in docs/PERF.md (history: docs/perf/fa2.md) and
+// bench/results/.
 constexpr TileSize tile_size(int head_dim, int /*head_dim_v*/) {
   if (head_dim <= 64) return {128, 128, 4, 2, true, 64, 64};
   if (head_dim <= 96) return {128, 64, 4, 2, true, 64, 64};
