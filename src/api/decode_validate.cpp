@@ -20,10 +20,6 @@
 namespace flashattn {
 namespace {
 
-Status invalid(std::string msg) {
-  return {StatusCode::invalid_argument, std::move(msg)};
-}
-
 std::string str(int64_t x) {
   return std::to_string(x);
 }

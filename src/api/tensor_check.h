@@ -8,10 +8,16 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "flashattn/flashattn.h"
 
 namespace flashattn {
+
+// The two refusals of validation: a rule of the API broken, or a valid request this build or
+// kernel cannot run. Messages name the argument first ("heads_q: must be ...").
+inline Status invalid(std::string msg) { return {StatusCode::invalid_argument, std::move(msg)}; }
+inline Status unsupported(std::string msg) { return {StatusCode::unsupported, std::move(msg)}; }
 
 // One (batch, seqlen, heads, dim) tensor argument as validation sees it.
 struct TensorArg {

@@ -15,13 +15,6 @@
 namespace flashattn {
 namespace {
 
-Status invalid(std::string msg) {
-  return {StatusCode::invalid_argument, std::move(msg)};
-}
-Status unsupported(std::string msg) {
-  return {StatusCode::unsupported, std::move(msg)};
-}
-
 // "64, 96, 128, 192 or 256 with head_dim_v equal to it, or head_dim 192 with head_dim_v 128":
 // the rule kHeadDims states.
 std::string head_dims_rule() {
