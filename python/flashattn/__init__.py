@@ -6,16 +6,23 @@
 The kernels live in libflashattn_c.so, reached through its C ABI with ctypes (no extension is
 compiled against Python or PyTorch). The functions are torch.library custom ops
 (torch.ops.flashattn.fwd / varlen_fwd / fwd_kvcache) with fake implementations, so
-torch.compile traces them.
+torch.compile traces them. The packed forms (flash_attn_qkvpacked_func, ...) slice one tensor
+into views and call those functions.
 """
 from . import _lib
 from ._lib import UnsupportedError, library_path
 from .interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from .packed import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                     flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
 
 __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
     "UnsupportedError",
     "built_kernels",
     "gpu_kernels",
