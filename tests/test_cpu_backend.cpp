@@ -313,3 +313,38 @@ TEST(Cpu, Deterministic) {
 }
 
 }  // namespace
+
+// Guards the cpu family's attention sinks (ForwardParams::sinks) against the oracle: shapes with
+// fully masked rows (LSE = the sink), a window, GQA and a sink that dominates every row.
+TEST(Cpu, Sinks) {
+  struct S {
+    int sq, sk, hq, hkv, d;
+    bool causal;
+    int wl, wr;
+  };
+  for (const S& g : {S{239, 1, 4, 2, 128, true, -1, -1}, S{113, 203, 6, 2, 64, false, 37, 5},
+                     S{799, 3, 2, 1, 256, true, -1, -1}, S{1, 1, 2, 2, 96, false, -1, -1}}) {
+    for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+      SCOPED_TRACE(std::to_string(g.sq) + "x" + std::to_string(g.sk) + " " + fa::dtype_name(dtype));
+      Shape s;
+      s.dtype = dtype;
+      s.seqlen_q = g.sq;
+      s.seqlen_k = g.sk;
+      s.heads_q = g.hq;
+      s.heads_kv = g.hkv;
+      s.head_dim = g.d;
+      s.causal = g.causal;
+      s.window_left = g.wl;
+      s.window_right = g.wr;
+      Case c(s, fa_test::test_seed(g.sq));
+      std::vector<float> sinks(g.hq);
+      for (int h = 0; h < g.hq; ++h) sinks[h] = 1.5f * h - 2.f;
+      sinks[0] = 30.f;  // dominates: O near 0, LSE near 30
+      c.params.sinks = sinks.data();
+      expect_passes(c);
+      if (g.causal && g.sq > g.sk) {
+        for (int h = 0; h < g.hq; ++h) EXPECT_EQ(c.lse[size_t(h) * g.sq], sinks[h]) << "head " << h;
+      }
+    }
+  }
+}

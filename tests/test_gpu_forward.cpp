@@ -37,6 +37,7 @@ struct Case {
   int wl, wr;
   Layout layout;
   float q_sigma;  // > 1 gives large logits, exercising the online-softmax rescale
+  bool sinks = false;  // learnable attention sinks (ForwardParams::sinks)
 };
 
 std::string case_name(const Case& c) {
@@ -51,6 +52,7 @@ std::string case_name(const Case& c) {
       .flag(c.layout == Layout::padded, "_padded")
       .flag(c.layout == Layout::heads_major, "_bhsd")
       .flag(c.q_sigma > 1, "_big")
+      .flag(c.sinks, "_sinks")
       .str();
 }
 
@@ -78,6 +80,7 @@ struct GpuRun {
   fa::ForwardParams host;  // points at the host copies below
   std::vector<uint16_t> q, k, v, o;
   std::vector<float> lse;
+  std::vector<float> sinks;   // host copy of the sinks, when the case has them
   int repeats_differing = 0;  // later runs of the same input whose output differs from the first
   int64_t stray_writes = 0;  // elements of the output buffer outside the tensor that lost the poison
 };
@@ -123,8 +126,20 @@ void run_case(const Case& c, uint64_t seed, GpuRun& run, int runs = 1) {
   fa::reference::fill_normal(run.k.data(), nk, c.dtype, seed + 1);
   fa::reference::fill_normal(run.v.data(), nv, c.dtype, seed + 2);
 
-  DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nv * 2), dout(no * 2), dl(nl * 4);
-  ASSERT_TRUE(dq.ptr && dk.ptr && dv.ptr && dout.ptr && dl.ptr) << "cudaMalloc failed";
+  DeviceBuffer dq(nq * 2), dk(nk * 2), dv(nv * 2), dout(no * 2), dl(nl * 4), ds(c.hq * 4);
+  ASSERT_TRUE(dq.ptr && dk.ptr && dv.ptr && dout.ptr && dl.ptr && ds.ptr) << "cudaMalloc failed";
+  if (c.sinks) {
+    // Logits around the scores' range, plus the extremes: head 0's sink dominates every row (O
+    // near 0, LSE the sink), head 1's is negligible (as if absent).
+    std::mt19937_64 gen(seed + 3);
+    std::uniform_real_distribution<float> uniform(-6.f, 6.f);
+    run.sinks.resize(c.hq);
+    for (float& x : run.sinks) x = uniform(gen);
+    run.sinks[0] = 40.f;
+    if (c.hq > 1) run.sinks[1] = -40.f;
+    ASSERT_EQ(cudaMemcpy(ds.ptr, run.sinks.data(), c.hq * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    p.sinks = static_cast<const float*>(ds.ptr);
+  }
   ASSERT_EQ(cudaMemcpy(dq.ptr, run.q.data(), nq * 2, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(dk.ptr, run.k.data(), nk * 2, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(dv.ptr, run.v.data(), nv * 2, cudaMemcpyHostToDevice), cudaSuccess);
@@ -158,6 +173,7 @@ void run_case(const Case& c, uint64_t seed, GpuRun& run, int runs = 1) {
   run.host.v.data = run.v.data();
   run.host.o.data = run.o.data();
   run.host.lse = run.lse.data();
+  run.host.sinks = c.sinks ? run.sinks.data() : nullptr;
 }
 
 std::vector<Case> grid() {
@@ -232,6 +248,62 @@ TEST_P(GpuForward, MatchesFp64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Grid, GpuForward, ::testing::Range<size_t>(0, all_cases().size()),
                          [](const auto& info) { return case_name(all_cases()[info.param]); });
+
+// Learnable attention sinks on the families that have them (k6, fa2): the TESTING.md shapes with
+// a sink per query head, one dominating (head 0) and one negligible (head 1); fully masked rows
+// (causal with seqlen_q > seqlen_k) must give O = 0 and LSE = the sink.
+std::vector<Case> sink_cases() {
+  std::vector<Case> cases;
+  for (fa::Kernel kernel : {fa::Kernel::fa2, fa::Kernel::k6}) {
+    for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+      cases.push_back({kernel, dtype, 2, 1, 1, 6, 2, 128, 128, false, -1, -1, Layout::contiguous, 1.f, true});
+      cases.push_back({kernel, dtype, 2, 113, 203, 4, 4, 64, 64, false, 37, 5, Layout::padded, 1.f, true});
+      cases.push_back({kernel, dtype, 1, 239, 1, 6, 1, 128, 128, true, -1, -1, Layout::contiguous, 6.f, true});
+      cases.push_back({kernel, dtype, 2, 799, 3, 4, 2, 256, 256, true, -1, -1, Layout::heads_major, 1.f, true});
+      cases.push_back({kernel, dtype, 1, 1023, 1024, 6, 2, 192, 128, true, -1, -1, Layout::padded, 6.f, true});
+      cases.push_back({kernel, dtype, 1, 1024, 1023, 4, 4, 96, 96, false, 64, -1, Layout::contiguous, 1.f, true});
+    }
+    cases.push_back({kernel, fa::DType::bf16, 1, 4224, 4224, 4, 1, 128, 128, true, -1, -1, Layout::contiguous, 1.f, true});
+  }
+  return cases;
+}
+
+const std::vector<Case>& all_sink_cases() {
+  static const std::vector<Case> c = sink_cases();
+  return c;
+}
+
+class GpuForwardSinks : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(GpuForwardSinks, MatchesFp64Reference) {
+  const Case& c = all_sink_cases()[GetParam()];
+  if (!kernel_runs_here(c.kernel)) GTEST_SKIP() << "no device for " << fa::kernel_name(c.kernel);
+  const uint64_t seed = run_seed() + GetParam() * 104729;
+  GpuRun run;
+  run_case(c, seed, run);
+  if (HasFatalFailure()) return;
+  const double work = double(c.batch) * c.hq * c.sq * c.sk * (c.d + c.dv);
+  const auto rows = work > 3e8 ? fa::reference::sample_rows(run.host, 384, seed)
+                               : std::vector<fa::reference::RowId>{};
+  const fa::reference::CheckResult r = fa::reference::check(run.host, rows);
+  EXPECT_TRUE(r.ok) << case_name(c) << " seed " << seed << ": " << r.detail << " (max_err "
+                    << r.max_err << ", pt " << r.max_err_pt << ", atol " << r.atol << "; lse "
+                    << r.lse_max_err << " vs " << r.lse_max_err_pt << " + " << r.lse_atol
+                    << ", not finite " << r.not_finite << ")";
+  EXPECT_GT(r.checked, 0);
+  EXPECT_EQ(run.stray_writes, 0) << case_name(c) << ": wrote outside the output tensor";
+  // Rows that see no key: O = 0 and LSE = the sink of their head, exactly.
+  if (c.causal && c.sq > c.sk) {
+    for (int h = 0; h < c.hq; ++h) {
+      const float lse0 = run.lse[(int64_t{0} * c.hq + h) * c.sq + 0];
+      EXPECT_EQ(lse0, run.sinks[h]) << case_name(c) << " head " << h << ": a fully masked row";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, GpuForwardSinks,
+                         ::testing::Range<size_t>(0, all_sink_cases().size()),
+                         [](const auto& info) { return case_name(all_sink_cases()[info.param]); });
 
 // The same input twice gives bitwise identical output (no races, no order-dependent reductions).
 TEST(GpuForwardDeterminism, RepeatedRunsAreBitwiseIdentical) {

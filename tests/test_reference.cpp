@@ -594,3 +594,46 @@ TEST(FillNormal, SeededNormalNeverZero) {
 }
 
 }  // namespace
+
+// ---- attention sinks ----------------------------------------------------------------------
+
+// Guards the definition of ForwardParams::sinks in the fp64 reference: a sink is one more logit
+// with no value, so lse_sink = logaddexp(lse, sink) and o_sink = o * exp(lse - lse_sink); a row
+// that sees no key keeps o = 0 and gets lse = sink. The emulation follows within rounding.
+TEST(Reference, SinksJoinTheDenominatorOnly) {
+  Shape s;
+  s.seqlen_q = 6;
+  s.seqlen_k = 4;  // causal with seqlen_q > seqlen_k: rows 0 and 1 see no key
+  s.causal = true;
+  s.heads_q = 3;
+  s.head_dim = 64;
+  Case c(s, fa_test::test_seed());
+  const std::vector<float> sinks = {0.7f, 25.f, -30.f};
+  for (Precision prec : {Precision::fp64, Precision::emulate}) {
+    SCOPED_TRACE(prec == Precision::fp64 ? "fp64" : "emulate");
+    const double tol = prec == Precision::fp64 ? 1e-12 : 2e-3;
+    for (int h = 0; h < s.heads_q; ++h) {
+      for (int r = 0; r < s.seqlen_q; ++r) {
+        c.params.sinks = nullptr;
+        const Row plain = row_of(c.params, prec, 0, h, r);
+        c.params.sinks = sinks.data();
+        const Row sunk = row_of(c.params, prec, 0, h, r);
+        if (std::isinf(plain.lse)) {  // no key visible
+          EXPECT_EQ(sunk.lse, sinks[h]) << "head " << h << " row " << r;
+          for (double x : sunk.out) EXPECT_EQ(x, 0.0);
+          continue;
+        }
+        const double want = std::max(plain.lse, double{sinks[h]}) +
+                            std::log1p(std::exp(-std::fabs(plain.lse - sinks[h])));
+        EXPECT_NEAR(sunk.lse, want, tol) << "head " << h << " row " << r;
+        const double factor = std::exp(plain.lse - want);
+        for (size_t i = 0; i < plain.out.size(); ++i) {
+          // The emulation rounds its output to bf16: a relative step of 2^-8.
+          const double want_o = plain.out[i] * factor;
+          const double tol_o = prec == Precision::fp64 ? tol : tol + std::fabs(want_o) * 2e-2;
+          EXPECT_NEAR(sunk.out[i], want_o, tol_o) << "head " << h << " row " << r;
+        }
+      }
+    }
+  }
+}

@@ -154,6 +154,16 @@ const std::vector<Rule>& rules() {
        C::invalid_argument, "lse: overlaps the output o"},
       {"lse_overlaps_k", [](HostProblem& h) { h.p.lse = reinterpret_cast<float*>(h.k.data()); },
        C::invalid_argument, "lse: overlaps input k"},
+      {"sinks_misaligned",
+       [](HostProblem& h) {
+         h.p.sinks = reinterpret_cast<const float*>(reinterpret_cast<char*>(h.lse.data()) + 2);
+       },
+       C::invalid_argument, "sinks: must be a 4-byte aligned fp32 array"},
+      {"o_overlaps_sinks",
+       [](HostProblem& h) { h.p.sinks = reinterpret_cast<const float*>(h.o.data()); },
+       C::invalid_argument, "o: overlaps input sinks"},
+      {"lse_overlaps_sinks", [](HostProblem& h) { h.p.sinks = h.lse.data(); },
+       C::invalid_argument, "lse: overlaps input sinks"},
   };
   return r;
 }
@@ -177,6 +187,25 @@ TEST_P(ValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
 
 INSTANTIATE_TEST_SUITE_P(AllRules, ValidationRule, ::testing::Range<size_t>(0, rules().size()),
                          [](const auto& info) { return std::string(rules()[info.param].name); });
+
+// Attention sinks run on the families that support them (cpu here) and are refused by the others
+// as unsupported, naming the argument; on the GPU families they must be device memory.
+TEST(Validation, SinksOnlyWhereSupported) {
+  HostProblem h;
+  const std::vector<float> sinks(h.p.heads_q, 0.5f);
+  h.p.sinks = sinks.data();
+  EXPECT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok());
+  for (fa::Kernel k : {fa::Kernel::k1, fa::Kernel::k2, fa::Kernel::k3, fa::Kernel::k4,
+                       fa::Kernel::k5}) {
+    if (!fa::kernel_is_built(k)) continue;
+    const fa::Status s = fa::can_implement(h.p, k);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << fa::kernel_name(k) << ": " << s.message;
+    EXPECT_NE(s.message.find("sinks: kernel " + std::string(fa::kernel_name(k)) +
+                             " does not support attention sinks"),
+              std::string::npos)
+        << s.message;
+  }
+}
 
 // FP8 is refused for every kernel, auto included, and before any rule of the kernel's own.
 TEST(Validation, Fp8IsUnsupportedOnEveryKernel) {

@@ -64,9 +64,9 @@ enum {
   FLASHATTN_C_KERNEL_K8 = 10
 };
 
-/* Version 1 of the forward parameters: 64 bytes of 32-bit fields, then 8-byte fields, so that
- * the layout has no implicit padding (256 bytes on LP64). Strides are in elements, ordered
- * (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total, heads, dim) and stride[0]
+/* The forward parameters: 64 bytes of 32-bit fields, then 8-byte fields, so that the layout has
+ * no implicit padding. Version 1 was 256 bytes on LP64; version 2 appends `sinks` (264). Strides
+ * are in elements, ordered (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total, heads, dim) and stride[0]
  * is ignored. */
 typedef struct flashattn_c_fwd_params {
   uint32_t struct_size; /* sizeof(flashattn_c_fwd_params) as the caller knows it */
@@ -98,6 +98,8 @@ typedef struct flashattn_c_fwd_params {
   int64_t k_stride[4];
   int64_t v_stride[4];
   int64_t o_stride[4];
+  /* Version 2 (264 bytes): */
+  const float* sinks; /* optional fp32 (heads_q,): ForwardParams::sinks */
 } flashattn_c_fwd_params;
 
 /* Validates and runs (asynchronously on `stream` for GPU kernels). Returns a status code. */
@@ -127,10 +129,10 @@ FLASHATTN_C_EXPORT int flashattn_c_kernel_runs_on_host(int kernel);
 /* sizeof(flashattn_c_fwd_params) in this library, for callers that check their mirror. */
 FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
 
-/* Version 1 of the decode parameters (flashattn::DecodeParams, decode.h: the fields mean what the
- * same-named fields there mean; `struct_size` as above): 80 bytes of 32-bit fields, then pointers
- * and 64-bit fields, no implicit padding (368 bytes on LP64). Strides are in elements, ordered
- * (batch, seqlen, heads, dim); the cache's are (cache row or page, row in it, heads, dim). The
+/* The decode parameters (flashattn::DecodeParams, decode.h: the fields mean what the same-named
+ * fields there mean; `struct_size` as above): 80 bytes of 32-bit fields, then pointers and 64-bit
+ * fields, no implicit padding (368 bytes on LP64 in version 1; version 2 appends `sinks`, 376).
+ * Strides are in elements, ordered (batch, seqlen, heads, dim); the cache's are (cache row or page, row in it, heads, dim). The
  * caches are written in place when k_new/v_new are given. */
 typedef struct flashattn_c_decode_params {
   uint32_t struct_size; /* sizeof(flashattn_c_decode_params) as the caller knows it */
@@ -172,6 +174,8 @@ typedef struct flashattn_c_decode_params {
   int64_t v_cache_stride[4];
   int64_t k_new_stride[4];
   int64_t v_new_stride[4];
+  /* Version 2 (376 bytes): */
+  const float* sinks; /* optional fp32 (heads_q,) device memory: DecodeParams::sinks */
 } flashattn_c_decode_params;
 
 /* Validates, appends k_new/v_new into the caches and runs decode attention (asynchronously on

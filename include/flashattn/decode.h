@@ -76,6 +76,8 @@ struct DecodeParams {
   int num_splits = 0;         // KV splits per (batch, KV head); 0: chosen to fill the GPU
   bool check_indices = true;  // see the header comment
 
+  const float* sinks = nullptr;  // optional fp32 (heads_q,) device memory: ForwardParams::sinks
+
   void* stream = nullptr;  // cudaStream_t
 };
 

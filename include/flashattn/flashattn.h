@@ -157,6 +157,14 @@ struct ForwardParams {
   int total_q = 0;  // packed query tokens, = cu_seqlens_q[batch]
   int total_k = 0;  // packed key tokens,   = cu_seqlens_k[batch]
 
+  // Learnable attention sinks (gpt-oss): optional fp32 (heads_q,), one logit per query head, in
+  // the units of the scaled scores (softmax_scale * q·k). Each row's softmax runs over its
+  // visible keys plus the sink, which adds exp(sink) to the denominator and no value:
+  //     o = sum_j exp(s_j) v_j / (sum_j exp(s_j) + exp(sink)),  lse = log of that denominator.
+  // A row that sees no key outputs 0 with lse = sink. Null: no sinks. In the memory the kernel
+  // reads (device memory for GPU families).
+  const float* sinks = nullptr;
+
   void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
 
   DebugOptions debug;  // ablation and diagnosis switches; the defaults are the measured best

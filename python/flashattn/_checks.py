@@ -114,3 +114,15 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_tab
     if block_table is not None:
         _index("block_table", block_table, 2, "(batch, max_pages)", q.device)
         _same("block_table.shape[0]", block_table.shape[0], q.shape[0], "q's batch")
+
+
+def sinks(sinks_, q, heads_q):
+    """Attention sinks: None, or fp32 (heads_q,) on q's device (one logit per query head)."""
+    if sinks_ is None:
+        return
+    _tensor("sinks", sinks_, 1, "(heads_q,)")
+    if sinks_.dtype != torch.float32:
+        raise ValueError(f"sinks.dtype: must be torch.float32, got {sinks_.dtype}")
+    _same("sinks.shape[0]", sinks_.shape[0], heads_q, "heads_q")
+    if sinks_.device != q.device:
+        raise ValueError(f"sinks.device: must be q's device ({q.device}), got {sinks_.device}")

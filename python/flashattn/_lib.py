@@ -26,7 +26,7 @@ class UnsupportedError(ValueError):
 
 
 class Params(ctypes.Structure):
-    """Mirror of flashattn_c_fwd_params, version 1 (256 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_fwd_params, version 2 (264 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -57,17 +57,18 @@ class Params(ctypes.Structure):
         ("k_stride", ctypes.c_int64 * 4),
         ("v_stride", ctypes.c_int64 * 4),
         ("o_stride", ctypes.c_int64 * 4),
+        ("sinks", ctypes.c_void_p),  # version 2
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(Params), **fields)
 
 
-assert ctypes.sizeof(Params) == 256 and Params.q.offset == 64 and Params.q_stride.offset == 128
+assert ctypes.sizeof(Params) == 264 and Params.q.offset == 64 and Params.q_stride.offset == 128
 
 
 class DecodeParams(ctypes.Structure):
-    """Mirror of flashattn_c_decode_params, version 1 (368 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_decode_params, version 2 (376 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -108,13 +109,14 @@ class DecodeParams(ctypes.Structure):
         ("v_cache_stride", ctypes.c_int64 * 4),
         ("k_new_stride", ctypes.c_int64 * 4),
         ("v_new_stride", ctypes.c_int64 * 4),
+        ("sinks", ctypes.c_void_p),  # version 2
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(DecodeParams), **fields)
 
 
-assert (ctypes.sizeof(DecodeParams) == 368 and DecodeParams.q.offset == 80
+assert (ctypes.sizeof(DecodeParams) == 376 and DecodeParams.q.offset == 80
         and DecodeParams.q_stride.offset == 176)
 
 

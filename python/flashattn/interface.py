@@ -12,7 +12,7 @@ from . import _checks, ops
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    return_lse=False, kernel="auto"):
+                    return_lse=False, kernel="auto", *, sinks=None):
     """Attention over (batch, seqlen, heads, head_dim) tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k: (batch, seqlen_k, heads_kv, head_dim);
@@ -23,30 +23,34 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     window_size: (left, right) keys visible around the diagonal, -1 unbounded.
     kernel: "auto" (the fastest built family for the tensors' device: "cpu" for CPU tensors),
     or a family name ("cpu", "k1", "k2", "fa2", ...; see flashattn.built_kernels()).
-    Runs on the current CUDA stream of the tensors' device.
+    sinks: learnable attention sinks (gpt-oss), fp32 (heads_q,) on q's device: one logit per
+    query head, in the units of the scaled scores, that joins every row's softmax denominator and
+    contributes no value (families k6, fa2, cpu). Runs on the current CUDA stream of the tensors'
+    device.
 
     Returns out (batch, seqlen_q, heads_q, head_dim_v), contiguous, in q's dtype; with
-    return_lse, (out, lse) where lse is (batch, heads_q, seqlen_q) fp32, natural log, -inf for
-    rows that see no key (their output is 0).
+    return_lse, (out, lse) where lse is (batch, heads_q, seqlen_q) fp32, natural log (the log of
+    the softmax denominator, sink included), -inf for rows that see no key (their output is 0;
+    with sinks their lse is the sink).
     """
     _checks.dense(q, k, v)
     left, right = _checks.window(window_size)
     out, lse = ops.fwd(q, k, v, 0.0 if softmax_scale is None else float(softmax_scale),
-                       bool(causal), left, right, kernel)
+                       bool(causal), left, right, kernel, sinks)
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1),
-                           return_lse=False, kernel="auto"):
+                           return_lse=False, kernel="auto", *, sinks=None):
     """Attention over packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k: (total_k, heads_kv, head_dim);
     v: (total_k, heads_kv, head_dim_v). cu_seqlens_q/cu_seqlens_k: int32 (batch + 1,) prefix
     sums of the sequence lengths on q's device (sequence b is rows cu[b]..cu[b+1]-1; empty
     sequences allowed). max_seqlen_q/max_seqlen_k: the longest sequence (no sequence may be
-    longer). Masks apply per sequence. Needs a family with variable-length support (fa2);
-    others raise flashattn.UnsupportedError.
+    longer). Masks apply per sequence. Needs a family with variable-length support (fa2, k3-k6);
+    others raise flashattn.UnsupportedError. sinks: as flash_attn_func.
 
     Returns out (total_q, heads_q, head_dim_v); with return_lse, (out, lse), lse (heads_q,
     total_q) fp32.
@@ -56,14 +60,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, lse = ops.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                               int(max_seqlen_k),
                               0.0 if softmax_scale is None else float(softmax_scale),
-                              bool(causal), left, right, kernel)
+                              bool(causal), left, right, kernel, sinks)
     return (out, lse) if return_lse else out
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                             cache_batch_idx=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), num_splits=0,
-                            return_softmax_lse=False, *, check_indices=False):
+                            return_softmax_lse=False, *, check_indices=False, sinks=None):
     """Decode: a few new query tokens against a KV cache, as flash-attn's function of this name
     (without its rotary and alibi arguments). CUDA tensors only.
 
@@ -79,7 +83,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     seqlen_new keys. num_splits: 0 lets the library choose. check_indices (keyword, not in
     flash-attn): copy the index tensors to the host first and raise ValueError for one out of
     range (synchronises the stream, so not inside a CUDA graph); off, out-of-range indices are
-    never dereferenced but the result is unspecified.
+    never dereferenced but the result is unspecified. sinks: as flash_attn_func (fp32 (heads_q,)
+    on q's device).
 
     Returns out (batch, seqlen_q, heads_q, head_dim); with return_softmax_lse, (out, lse), lse
     (batch, heads_q, seqlen_q) fp32, natural log, -inf for rows that see no key.
@@ -95,5 +100,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     left, right = _checks.window(window_size)
     out, lse = ops.fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                block_table, 0.0 if softmax_scale is None else float(softmax_scale),
-                               bool(causal), left, right, int(num_splits), bool(check_indices))
+                               bool(causal), left, right, int(num_splits), bool(check_indices),
+                               sinks)
     return (out, lse) if return_softmax_lse else out

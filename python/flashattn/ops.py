@@ -65,10 +65,11 @@ def _run(params, q, kernel):
 @torch.library.custom_op(
     "flashattn::fwd", mutates_args=(),
     schema="(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
-           "int window_right, str kernel) -> (Tensor, Tensor)")
-def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel):
+           "int window_right, str kernel, Tensor? sinks=None) -> (Tensor, Tensor)")
+def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None):
     """out (batch, seqlen_q, heads_q, head_dim_v) and lse (batch, heads_q, seqlen_q), fp32."""
     _checks.dense(q, k, v)  # again, for callers of torch.ops.flashattn.fwd itself
+    _checks.sinks(sinks, q, q.shape[2])
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     batch, seqlen_q, heads_q, _ = q.shape
     out = torch.empty((batch, seqlen_q, heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
@@ -87,12 +88,15 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel):
         k_stride=(_lib.ctypes.c_int64 * 4)(*_strides(k)),
         v_stride=(_lib.ctypes.c_int64 * 4)(*_strides(v)),
         o_stride=(_lib.ctypes.c_int64 * 4)(*_strides(out)))
+    if sinks is not None:
+        sinks = sinks.contiguous()
+        params.sinks = _ptr(sinks)
     _run(params, q, kernel)
     return out, lse
 
 
 @fwd.register_fake
-def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel):
+def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None):
     batch, seqlen_q, heads_q, _ = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, v.shape[-1]))
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
@@ -104,11 +108,12 @@ def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel):
     "flashattn::varlen_fwd", mutates_args=(),
     schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
            "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
-           "int window_left, int window_right, str kernel) -> (Tensor, Tensor)")
+           "int window_left, int window_right, str kernel, Tensor? sinks=None) -> (Tensor, Tensor)")
 def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-               causal, window_left, window_right, kernel):
+               causal, window_left, window_right, kernel, sinks=None):
     """out (total_q, heads_q, head_dim_v) and lse (heads_q, total_q), fp32."""
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.sinks(sinks, q, q.shape[1])
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     total_q, heads_q, _ = q.shape
@@ -127,13 +132,16 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), lse=_ptr(lse),
         cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
         q_stride=packed(q), k_stride=packed(k), v_stride=packed(v), o_stride=packed(out))
+    if sinks is not None:
+        sinks = sinks.contiguous()
+        params.sinks = _ptr(sinks)
     _run(params, q, kernel)
     return out, lse
 
 
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, kernel):
+      window_left, window_right, kernel, sinks=None):
     total_q, heads_q, _ = q.shape
     out = q.new_empty((total_q, heads_q, v.shape[-1]))
     lse = q.new_empty((heads_q, total_q), dtype=torch.float32)
@@ -149,11 +157,13 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
     schema="(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
            "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, "
            "float softmax_scale, bool causal, int window_left, int window_right, int num_splits, "
-           "bool check_indices) -> (Tensor, Tensor)")
+           "bool check_indices, Tensor? sinks=None) -> (Tensor, Tensor)")
 def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
-                softmax_scale, causal, window_left, window_right, num_splits, check_indices):
+                softmax_scale, causal, window_left, window_right, num_splits, check_indices,
+                sinks=None):
     """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), fp32."""
     _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table)
+    _checks.sinks(sinks, q, q.shape[2])
     q = _last_dim_contiguous(q)
     if k is not None:
         k, v = _last_dim_contiguous(k), _last_dim_contiguous(v)
@@ -187,6 +197,9 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
     if paged:
         params.page_table = _ptr(block_table)
         params.page_table_stride = block_table.stride(0)
+    if sinks is not None:
+        sinks = sinks.contiguous()
+        params.sinks = _ptr(sinks)
     with torch.cuda.device(q.device):
         params.stream = torch.cuda.current_stream(q.device).cuda_stream or None
         _lib.decode(params)
@@ -195,7 +208,7 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
-      causal, window_left, window_right, num_splits, check_indices):
+      causal, window_left, window_right, num_splits, check_indices, sinks=None):
     batch, seqlen_q, heads_q, _ = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)

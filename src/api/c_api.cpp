@@ -39,17 +39,21 @@ static_assert(FLASHATTN_C_KERNEL_K6 == static_cast<int>(Kernel::k6));
 static_assert(FLASHATTN_C_KERNEL_K8 == static_cast<int>(Kernel::k8));
 static_assert(std::size(kAllKernels) == FLASHATTN_C_KERNEL_K8 + 1);
 
-// Version 1 of the struct; the Python mirror (python/flashattn/_lib.py) checks the same numbers.
-static_assert(sizeof(flashattn_c_fwd_params) == 256);
+// The struct's layout; the Python mirror (python/flashattn/_lib.py) checks the same numbers.
+// Version 1 ended at 256 bytes (before `sinks`): callers built against it still run, with no
+// sinks (read_versioned zero-fills the tail they do not know).
 static_assert(offsetof(flashattn_c_fwd_params, q) == 64);
 static_assert(offsetof(flashattn_c_fwd_params, q_stride) == 128);
-constexpr size_t kV1Size = sizeof(flashattn_c_fwd_params);
+constexpr size_t kV1Size = 256;
+static_assert(offsetof(flashattn_c_fwd_params, sinks) == kV1Size);
+static_assert(sizeof(flashattn_c_fwd_params) == 264);
 
-// Version 1 of the decode struct; python/flashattn/_lib.py checks the same numbers.
-static_assert(sizeof(flashattn_c_decode_params) == 368);
+// The decode struct's layout; version 1 ended at 368 bytes (before `sinks`).
 static_assert(offsetof(flashattn_c_decode_params, q) == 80);
 static_assert(offsetof(flashattn_c_decode_params, q_stride) == 176);
-constexpr size_t kDecodeV1Size = sizeof(flashattn_c_decode_params);
+constexpr size_t kDecodeV1Size = 368;
+static_assert(offsetof(flashattn_c_decode_params, sinks) == kDecodeV1Size);
+static_assert(sizeof(flashattn_c_decode_params) == 376);
 
 // ---- the field lists ---------------------------------------------------------------------------
 // Every field of each C struct, in declaration order, as HEADER(c_name) (read by read_versioned,
@@ -68,7 +72,7 @@ constexpr size_t kDecodeV1Size = sizeof(flashattn_c_decode_params);
   FIELD(k, k.data) FIELD(v, v.data) FIELD(o, o.data) FIELD(lse, lse)                            \
   FIELD(cu_seqlens_q, cu_seqlens_q) FIELD(cu_seqlens_k, cu_seqlens_k) FIELD(stream, stream)     \
   FIELD(q_stride, q.stride) FIELD(k_stride, k.stride) FIELD(v_stride, v.stride)                 \
-  FIELD(o_stride, o.stride)
+  FIELD(o_stride, o.stride) FIELD(sinks, sinks)
 
 #define FLASHATTN_C_DECODE_FIELDS(HEADER, FIELD)                                                \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
@@ -84,7 +88,7 @@ constexpr size_t kDecodeV1Size = sizeof(flashattn_c_decode_params);
   FIELD(stream, stream) FIELD(page_table_stride, page_table_stride) FIELD(q_stride, q.stride)   \
   FIELD(o_stride, o.stride) FIELD(k_cache_stride, k_cache.stride)                               \
   FIELD(v_cache_stride, v_cache.stride) FIELD(k_new_stride, k_new.stride)                       \
-  FIELD(v_new_stride, v_new.stride)
+  FIELD(v_new_stride, v_new.stride) FIELD(sinks, sinks)
 // clang-format on
 
 // The C type of a field, as flashattn_c_field names it.

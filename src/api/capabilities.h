@@ -23,17 +23,18 @@ struct KernelCaps {
   int only_head_dim = 0;        // 0: every head dim; else the one head dim it is built for
   bool tma = false;             // q/k/v read by TMA: a dimension of extent > 1 needs a stride
                                 // in (0, 2^40) bytes
+  bool sinks = false;           // ForwardParams::sinks (learnable attention sinks)
 };
 
 constexpr KernelCaps kernel_caps(Kernel kernel) {
   switch (kernel) {
     case Kernel::cpu:
-      return {.built = true, .host = true, .hdim_v_differs = true};
+      return {.built = true, .host = true, .hdim_v_differs = true, .sinks = true};
     case Kernel::k1:
     case Kernel::k2:
       return {.built = kLineageBuilt, .min_cc = 80, .hdim_v_differs = true};
     case Kernel::fa2:
-      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true};
+      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true};
     // Hopper (sm_90a only): K3, K4 and K5 are steps of the story, built for head dim 128.
     case Kernel::k3:
     case Kernel::k4:
@@ -42,7 +43,7 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
               .only_head_dim = 128, .tma = true};
     case Kernel::k6:
       return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true,
-              .hdim_v_differs = true, .tma = true};
+              .hdim_v_differs = true, .tma = true, .sinks = true};
     default:
       return {};
   }

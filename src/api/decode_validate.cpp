@@ -71,12 +71,14 @@ Status check_memory(const DecodeParams& p) {
       return invalid(name + ": must be a 4-byte aligned int32 array");
   }
   if (reinterpret_cast<uintptr_t>(p.lse) % 4 != 0) return invalid("lse: must be 4-byte aligned");
+  if (Status s = check_sinks_pointer(p.sinks); !s.ok()) return s;
+  inputs.push_back(sinks_arg(p.sinks, hq));
 
   // Outputs alias no input (the cache is written by the append and read afterwards); k_new/v_new
   // must not overlap the cache they are copied into.
   const TensorArg outputs[] = {o, lse_arg(p.lse, b, hq, sq)};
   if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
-  if (append) {
+  if (append) {  // inputs: q, k_cache, v_cache, k_new, v_new, sinks
     for (int i = 3; i < 5; ++i)
       for (int c = 1; c < 3; ++c)
         if (byte_range(inputs[i]).overlaps(byte_range(inputs[c])))

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace flashattn {
 namespace {
@@ -14,12 +15,16 @@ std::string str(int64_t x) {
   return std::to_string(x);
 }
 
-// "q, k or v"
+// "q, k or v": the tensors given (an optional one left null is not named).
 std::string name_list(std::span<const TensorArg> tensors) {
+  std::vector<const char*> names;
+  for (const TensorArg& t : tensors) {
+    if (t.data != nullptr) names.push_back(t.name);
+  }
   std::string out;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (i > 0) out += i + 1 == tensors.size() ? " or " : ", ";
-    out += tensors[i].name;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
   }
   return out;
 }
@@ -28,6 +33,17 @@ std::string name_list(std::span<const TensorArg> tensors) {
 
 TensorArg lse_arg(const float* lse, int64_t batch, int64_t heads, int64_t seqlen) {
   return {"lse", lse, {heads * seqlen, seqlen, 1, 1}, {batch, heads, seqlen, 1}, 4};
+}
+
+TensorArg sinks_arg(const float* sinks, int64_t heads_q) {
+  return {"sinks", sinks, {heads_q, heads_q, 1, 1}, {1, 1, heads_q, 1}, 4};
+}
+
+Status check_sinks_pointer(const float* sinks) {
+  if (reinterpret_cast<uintptr_t>(sinks) % alignof(float) != 0) {
+    return invalid("sinks: must be a 4-byte aligned fp32 array of heads_q logits");
+  }
+  return Status::success();
 }
 
 Status check_tensor(const TensorArg& t) {

@@ -39,6 +39,10 @@ TensorArg tensor_arg(const char* name, const Ref& t, const std::array<int64_t, 4
 
 // The dense fp32 LSE, (batch, heads, seqlen) row-major.
 TensorArg lse_arg(const float* lse, int64_t batch, int64_t heads, int64_t seqlen);
+// The attention sinks, fp32 (heads_q,), as an input whose bytes outputs must not overlap.
+TensorArg sinks_arg(const float* sinks, int64_t heads_q);
+// The rule of the sinks pointer itself (null is allowed: no sinks): 4-byte aligned fp32.
+Status check_sinks_pointer(const float* sinks);
 
 // The rules of one tensor: data non-null and 16-byte aligned, the last stride 1, the others >= 0
 // and whole 16-byte vectors (the kernels load 16-byte vectors; 8 elements of bf16, 16 of e4m3).

@@ -121,16 +121,18 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
   if (reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0) {
     return invalid("lse: must be 4-byte aligned");
   }
+  if (Status s = check_sinks_pointer(p.sinks); !s.ok()) return s;
   // Outputs must not alias inputs or each other: a kernel reads K/V tiles after writing O.
   const TensorArg& o = tensors[3];
   const TensorArg outputs[] = {o, lse_arg(p.lse, o.size[0], p.heads_q, o.size[1])};
-  if (Status s = check_no_aliasing(outputs, std::span(tensors).first(3)); !s.ok()) return s;
+  const TensorArg inputs[] = {tensors[0], tensors[1], tensors[2], sinks_arg(p.sinks, p.heads_q)};
+  if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
 
   // Host or device memory, as the kernel needs, and a device the kernel runs on.
   const NamedPointer pointers[] = {
       data_pointer(tensors[0]),        data_pointer(tensors[1]), data_pointer(tensors[2]),
       data_pointer(tensors[3]),        {"lse", p.lse},           {"cu_seqlens_q", p.cu_seqlens_q},
-      {"cu_seqlens_k", p.cu_seqlens_k}};
+      {"cu_seqlens_k", p.cu_seqlens_k}, {"sinks", p.sinks}};
   const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
                         caps.max_cc_major};
   return check_placement(where, pointers);
@@ -140,6 +142,9 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
   const std::string k = kernel_name(kernel);
   if (p.cu_seqlens_q != nullptr && !caps.varlen) {
     return unsupported("cu_seqlens_q: kernel " + k + " does not support variable length");
+  }
+  if (p.sinks != nullptr && !caps.sinks) {
+    return unsupported("sinks: kernel " + k + " does not support attention sinks (k6, fa2 and cpu do)");
   }
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   if (dv != p.head_dim && !caps.hdim_v_differs) {

@@ -55,6 +55,8 @@ struct DecodeProblem {
   float* o_partial = nullptr;    // (num_splits, batch, seqlen_q, heads_q, head_dim) fp32
   float* lse_partial = nullptr;  // (num_splits, batch, seqlen_q, heads_q), log2 domain
 
+  const float* sinks = nullptr;  // (heads_q,) logits in natural-log units, or null
+
   void* stream = nullptr;
 };
 
@@ -100,6 +102,7 @@ inline DecodeProblem make_decode_problem(const DecodeParams& p) {
   d.window_left = p.window_left;
   d.window_right = p.causal ? 0 : p.window_right;
   d.num_splits = 1;
+  d.sinks = p.sinks;
   d.stream = p.stream;
   return d;
 }

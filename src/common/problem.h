@@ -40,6 +40,8 @@ struct Problem {
   float scale_log2 = 0.f;  // scale * log2(e): kernels use exp2
   Mask mask;               // seqlen_q/seqlen_k filled in; left/right from the window and causal
 
+  const float* sinks = nullptr;  // (heads_q,) logits in natural-log units, or null
+
   void* stream = nullptr;
 };
 
@@ -76,6 +78,7 @@ inline Problem make_problem(const ForwardParams& p) {
   pr.mask.left = p.window_left;
   pr.mask.right = p.causal ? 0 : p.window_right;
   pr.stream = p.stream;
+  pr.sinks = p.sinks;
   return pr;
 }
 

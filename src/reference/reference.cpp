@@ -10,6 +10,7 @@
 
 #include "common/host_dtype.h"
 #include "common/host_parallel.h"
+#include "common/sink.h"
 
 namespace flashattn::reference {
 namespace {
@@ -59,20 +60,28 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
     logit[j] = dot * scale;
     m = std::max(m, logit[j]);
   }
-  if (m == -std::numeric_limits<double>::infinity()) return masked_row(dv, out, lse);
+  // An attention sink is one more logit of the row, with no value (ForwardParams::sinks).
+  const bool has_sink = p.sinks != nullptr;
+  const double sink = has_sink ? p.sinks[head] : 0.0;
+  if (m == -std::numeric_limits<double>::infinity()) {
+    masked_row(dv, out, lse);
+    if (lse != nullptr && has_sink) *lse = sink;
+    return;
+  }
+  const double top = has_sink ? std::max(m, sink) : m;
 
   std::vector<double> acc(static_cast<size_t>(dv), 0.0);
-  double sum = 0;
+  double sum = has_sink ? std::exp(sink - top) : 0.0;
   for (int j = 0; j < p.seqlen_k; ++j) {
     if (!mask.visible(row, j)) continue;
-    const double w = std::exp(logit[j] - m);
+    const double w = std::exp(logit[j] - top);
     sum += w;
     for (int c = 0; c < dv; ++c)
       acc[c] += w * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
   }
   if (out != nullptr)
     for (int c = 0; c < dv; ++c) out[c] = acc[c] / sum;
-  if (lse != nullptr) *lse = m + std::log(sum);
+  if (lse != nullptr) *lse = top + std::log(sum);
 }
 
 // What a kernel of the input precision computes: fp32 logits, max and sum; exp2 with
@@ -98,7 +107,11 @@ void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, 
     logit[j] = dot;
     m = std::max(m, dot);
   }
-  if (m == -std::numeric_limits<float>::infinity()) return masked_row(dv, out, lse);
+  if (m == -std::numeric_limits<float>::infinity()) {
+    masked_row(dv, out, lse);
+    if (lse != nullptr && p.sinks != nullptr) *lse = p.sinks[head];
+    return;
+  }
 
   const float m_scaled = m * pr.scale_log2;
   std::vector<float> acc(static_cast<size_t>(dv), 0.f);
@@ -111,9 +124,17 @@ void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, 
     for (int c = 0; c < dv; ++c)
       acc[c] += w_rounded * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
   }
+  // The kernels' end of the row: without a sink O / l; with one, common/sink.h.
+  float inv = 1.f / sum;
+  double row_lse = m * pr.scale + std::log(sum);
+  if (p.sinks != nullptr) {
+    const SinkNorm n = normalize_with_sink(sum, m_scaled, p.sinks[head]);
+    inv = n.inv;
+    row_lse = n.lse;
+  }
   if (out != nullptr)
-    for (int c = 0; c < dv; ++c) out[c] = round_to(acc[c] / sum, p.dtype);
-  if (lse != nullptr) *lse = m * pr.scale + std::log(sum);
+    for (int c = 0; c < dv; ++c) out[c] = round_to(acc[c] * inv, p.dtype);
+  if (lse != nullptr) *lse = row_lse;
 }
 
 }  // namespace

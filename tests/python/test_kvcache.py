@@ -14,7 +14,7 @@ from flashattn import _lib, flash_attn_with_kvcache
 
 
 def test_decode_struct_mirrors_the_library():
-    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 368
+    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 376
 
 
 def test_decode_struct_reaches_the_validation():

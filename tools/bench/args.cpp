@@ -140,6 +140,12 @@ const std::vector<Flag>& flags() {
          o.causal = true;
          return {};
        }},
+      {"--sinks", nullptr,
+       "learnable attention sinks: one logit per query head, drawn from the seed in [-4, 4]",
+       [](Options& o, std::string_view) -> std::string {
+         o.sinks = true;
+         return {};
+       }},
       {"--window", "L,R", "local window: keys [i-L, i+R] around the diagonal, -1 unbounded",
        [](Options& o, std::string_view v) { return parse_window(v, o); }},
       {"--iters", "N", "measured iterations per config (fewer when one run takes > 1 s) [20]",
@@ -290,6 +296,11 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   if (debug_set && (opts.decode_q > 0 || opts.sweep_decode)) {
     error = "--fa4, --no-persistent and --timeline-out switch the forward kernels; decode "
             "(--decode, --sweep decode) has none of them";
+    return ParseOutcome::error;
+  }
+  if (opts.sinks && (opts.decode_q > 0 || opts.sweep_decode)) {
+    error = "--sinks: the decode bench does not draw sinks yet (the decode kernels support them; "
+            "the Python flash_attn_with_kvcache(sinks=...) and the GPU tests exercise them)";
     return ParseOutcome::error;
   }
   return ParseOutcome::run;

@@ -25,6 +25,7 @@ struct Options {
   int hdim_v = 0;  // 0: same as hdim
   DType dtype = DType::bf16;
   bool causal = false;
+  bool sinks = false;    // learnable attention sinks, one random logit per query head
   int window_left = -1;  // -1: unbounded
   int window_right = -1;
   int iters = 20;

@@ -32,7 +32,7 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
 
   ForwardParams host = run_params;
   host.stream = nullptr;
-  std::vector<std::byte> q, k, v, o, lse;
+  std::vector<std::byte> q, k, v, o, lse, sinks;
   if (on_device) {
     if (Status st = cuda_status(cudaStreamSynchronize(stream), "kernel run"); !st.ok()) return st;
     const InputSet& s = ws.set(0);
@@ -45,6 +45,10 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
     host.v.data = v.data();
     host.o.data = o.data();
     host.lse = reinterpret_cast<float*>(lse.data());
+    if (ws.workload().sinks) {
+      if (Status st = to_host(sinks, ws.sinks()); !st.ok()) return st;
+      host.sinks = reinterpret_cast<const float*>(sinks.data());
+    }
   }
 
   const Workload& w = ws.workload();

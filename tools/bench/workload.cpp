@@ -30,6 +30,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
       w.causal = opts.causal;
       w.window_left = opts.window_left;
       w.window_right = opts.window_right;
+      w.sinks = opts.sinks;
       out.push_back(w);
       continue;
     }
@@ -44,6 +45,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
           w.seqlen_q = w.seqlen_k = seqlen;
           w.hdim = w.hdim_v = hdim;
           w.causal = causal;
+          w.sinks = opts.sinks;
           out.push_back(w);
         }
       }
@@ -96,6 +98,7 @@ std::string describe(const Workload& w) {
   s.append(" s").append(std::to_string(w.seqlen_q));
   if (w.seqlen_k != w.seqlen_q) s.append("x").append(std::to_string(w.seqlen_k));
   if (w.causal) s.append(" causal");
+  if (w.sinks) s.append(" sinks");
   if (w.window_left >= 0 || w.window_right >= 0) {
     s.append(" win")
         .append(std::to_string(w.window_left))

@@ -18,6 +18,7 @@ struct Workload {
   int hdim = 0, hdim_v = 0;
   bool causal = false;
   int window_left = -1, window_right = -1;  // as given; causal is applied on top
+  bool sinks = false;  // attention sinks: one logit per query head (Workspace draws them)
 };
 
 // The single shape of the flags, or the standard grid, for each requested kernel (kernel outermost

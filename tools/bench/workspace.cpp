@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -87,6 +88,10 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
   sets_.clear();
   if (Status st = o_.allocate(memory, sizes_.o); !st.ok()) return st;
   if (Status st = lse_.allocate(memory, sizes_.lse); !st.ok()) return st;
+  if (w.sinks) {
+    if (Status st = sinks_.allocate(memory, static_cast<size_t>(w.heads) * sizeof(float)); !st.ok())
+      return st;
+  }
 
   const size_t set_bytes = std::max<size_t>(sizes_.q + sizes_.k + sizes_.v, 1);
   size_t want = std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 1, kMaxInputSets);
@@ -134,6 +139,20 @@ Status copy(Memory memory, void* dst, const void* src, size_t bytes, cudaMemcpyK
 }  // namespace
 
 Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
+  if (w_.sinks) {  // one logit per query head in [-4, 4]: around the scores' own range
+    std::vector<float> host(static_cast<size_t>(w_.heads));
+    std::mt19937_64 gen(mix_seed(seed, 7));
+    std::uniform_real_distribution<float> uniform(-4.f, 4.f);
+    for (float& x : host) x = uniform(gen);
+    if (memory_ == Memory::host) {
+      std::memcpy(sinks_.get(), host.data(), sinks_.bytes());
+    } else if (Status st = cuda_status(cudaMemcpy(sinks_.get(), host.data(), sinks_.bytes(),
+                                                  cudaMemcpyHostToDevice),
+                                       "cudaMemcpy(sinks)");
+               !st.ok()) {
+      return st;
+    }
+  }
   const int64_t es = dtype_size(w_.dtype);
   Block* first[3] = {&sets_[0].q, &sets_[0].k, &sets_[0].v};
   for (int t = 0; t < 3; ++t) {
@@ -200,6 +219,7 @@ ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions
   p.v.data = s.v.get();
   p.o.data = o_.get();
   p.lse = static_cast<float*>(lse_.get());
+  p.sinks = w_.sinks ? static_cast<const float*>(sinks_.get()) : nullptr;
   set_contiguous_strides(p.q.stride, w_.seqlen_q, w_.heads, w_.hdim);
   set_contiguous_strides(p.k.stride, w_.seqlen_k, w_.kv_heads, w_.hdim);
   set_contiguous_strides(p.v.stride, w_.seqlen_k, w_.kv_heads, w_.hdim_v);

@@ -70,6 +70,7 @@ class Workspace {
   const TensorSizes& sizes() const { return sizes_; }
   const Block& o() const { return o_; }
   const Block& lse() const { return lse_; }
+  const Block& sinks() const { return sinks_; }  // empty unless the workload has sinks
   const InputSet& set(int i) const { return sets_[static_cast<size_t>(i)]; }
 
  private:
@@ -78,6 +79,7 @@ class Workspace {
   TensorSizes sizes_;
   std::vector<InputSet> sets_;
   Block o_, lse_;
+  Block sinks_;  // fp32 (heads,), filled by fill_inputs when the workload has sinks
 };
 
 inline constexpr size_t kRotationBytes = size_t{256} << 20;  // > 5x the H100's 50 MB L2

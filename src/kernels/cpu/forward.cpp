@@ -20,6 +20,7 @@
 #include "kernels/cpu/entry.h"
 #include "common/host_dtype.h"
 #include "common/host_parallel.h"
+#include "common/sink.h"
 
 namespace flashattn {
 namespace {
@@ -195,18 +196,24 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
     gemm_accumulate(ws.s.data(), kTileK, ws.v.data(), dv_pad, ws.o.data(), dv_pad, mq, dv_pad, nk);
   }
 
-  // Epilogue: O / l in the output type; a row that saw no key writes 0 and LSE -inf.
+  // Epilogue: O / l in the output type; a row that saw no key writes 0 and LSE -inf. With an
+  // attention sink, the sink joins the denominator (common/sink.h; LSE = the sink for such a row).
   auto* obase = static_cast<uint16_t*>(pr.o);
   for (int r = 0; r < nq; ++r) {
     const int row = q0 + r;
     const float l = ws.l[r];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    float lse = l > 0.f ? ws.m[r] * kLn2 + std::log(l) : kNegInf;
+    if (pr.sinks != nullptr) {
+      const SinkNorm n = normalize_with_sink(l, ws.m[r], pr.sinks[head]);
+      inv = n.inv;
+      lse = n.lse;
+    }
     const float* o_row = ws.o.data() + r * dv_pad;
     const int64_t o_off = batch * pr.o_stride[0] + row * pr.o_stride[1] + head * pr.o_stride[2];
     for (int c = 0; c < dv; ++c) store_from_float(obase, o_off + c, o_row[c] * inv, pr.dtype);
     if (pr.lse != nullptr) {
-      pr.lse[(int64_t{batch} * pr.heads_q + head) * pr.seqlen_q + row] =
-          l > 0.f ? ws.m[r] * kLn2 + std::log(l) : kNegInf;
+      pr.lse[(int64_t{batch} * pr.heads_q + head) * pr.seqlen_q + row] = lse;
     }
   }
 }

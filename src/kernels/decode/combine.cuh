@@ -25,6 +25,7 @@
 
 #include "common/decode_problem.h"
 #include "common/convert.cuh"
+#include "common/sink.h"
 #include "kernels/decode/ptx_sm80.cuh"
 #include "kernels/decode/trace.h"
 
@@ -112,7 +113,14 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     scale[w] = warp_max[w] == neg_inf ? 0.f : exp2f(warp_max[w] - M);
     W += warp_sum[w] * scale[w];
   }
-  const float inv = W > 0.f ? 1.f / W : 0.f;
+  const int h = static_cast<int>(row % p.heads_q);
+  float inv = W > 0.f ? 1.f / W : 0.f;
+  float lse = W > 0.f ? (M + log2f(W)) * kLn2 : neg_inf;
+  if (p.sinks != nullptr) {  // the sink joins the merged denominator once (common/sink.h)
+    const SinkNorm n = normalize_with_sink(W, M, p.sinks[h]);
+    inv = n.inv;
+    lse = n.lse;
+  }
 #pragma unroll
   for (int c = 0; c < kPer; ++c) {
     float x = 0.f;
@@ -120,7 +128,6 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     for (int w = 0; w < kCombineWarps; ++w) x += part[w][lane * kPer + c] * scale[w];
     acc[c] = x * inv;
   }
-  const int h = static_cast<int>(row % p.heads_q);
   const int qi = static_cast<int>(row / p.heads_q % p.seqlen_q);
   const int b = static_cast<int>(row / (int64_t(p.heads_q) * p.seqlen_q));
   Element* dst = static_cast<Element*>(p.o) + b * p.o_stride[0] + qi * p.o_stride[1] +
@@ -140,8 +147,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     }
   }
   if (p.lse != nullptr && lane == 0) {
-    p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] =
-        W > 0.f ? (M + log2f(W)) * kLn2 : neg_inf;
+    p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] = lse;
   }
   FA_TRACE(kTraceCombine, 2, 0);
 }

@@ -17,6 +17,7 @@
 #include "common/convert.cuh"
 #include "common/mask.h"
 #include "common/math_constants.h"
+#include "common/sink.h"
 #include "kernels/decode/ptx_sm80.cuh"
 #include "kernels/decode/tile_size.h"
 #include "kernels/decode/trace.h"
@@ -311,8 +312,15 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       wscale[w] = mw == kNegInf ? 0.f : exp2_approx(mw - M);
       L += ml[(w * kRows + row) * 2 + 1] * wscale[w];
     }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
-    const float lse2 = L > 0.f ? M + log2f(L) : kNegInf;
+    const int qi = r / p.group, h = hk * p.group + r % p.group;
+    float inv = L > 0.f ? 1.f / L : 0.f;
+    const float lse2 = L > 0.f ? M + log2f(L) : kNegInf;  // the partial's, log2 units
+    float lse = lse2 * kLn2;                              // the row's, one split
+    if (p.num_splits == 1 && p.sinks != nullptr) {  // else the combine adds the sink
+      const SinkNorm n = normalize_with_sink(L, M, p.sinks[h]);
+      inv = n.inv;
+      lse = n.lse;
+    }
     float out[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
@@ -325,14 +333,13 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     }
 #pragma unroll
     for (int c = 0; c < 4; ++c) out[c] *= inv;
-    const int qi = r / p.group, h = hk * p.group + r % p.group;
     if (p.num_splits == 1) {
       Element* dst = static_cast<Element*>(p.o) + b * p.o_stride[0] + qi * p.o_stride[1] +
                      h * p.o_stride[2] + col;
       *reinterpret_cast<uint2*>(dst) =
           make_uint2(pack2<Element>(out[0], out[1]), pack2<Element>(out[2], out[3]));
       if (p.lse != nullptr && col == 0) {
-        p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] = lse2 * kLn2;
+        p.lse[(int64_t(b) * p.heads_q + h) * p.seqlen_q + qi] = lse;
       }
     } else {
       const int64_t prow = ((int64_t(split) * p.batch + b) * p.seqlen_q + qi) * p.heads_q + h;

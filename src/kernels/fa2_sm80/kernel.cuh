@@ -320,11 +320,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
     }
   }
 
-  float lse[kMFrags][2];
-  softmax.finalize(o, scale_log2, lse);
   // Everything the epilogue needs besides O, l, m is recomputed rather than kept live through the
   // key loop (registers).
   const BlockCoords out_coords = block_coords<kBlockM>(p);
+  float lse[kMFrags][2];
+  if (p.sinks != nullptr) {
+    softmax.finalize(o, scale_log2, lse, true, p.sinks[out_coords.h]);
+  } else {
+    softmax.finalize(o, scale_log2, lse);
+  }
   const SequenceView out_seq = sequence_view(p, out_coords.b, out_coords.h, 0);
   const int out_row0 = out_coords.row0, out_rows = min(kBlockM, out_seq.len_q - out_row0);
   const int out_lane = thread_index() % 32, out_warp_row0 = thread_index() / 32 * kMFrags * 16;

@@ -12,6 +12,7 @@
 #include "common/convert.cuh"
 #include "common/mask.h"
 #include "common/math_constants.h"
+#include "common/sink.h"
 #include "kernels/fa2_sm80/warp_mma_sm80.cuh"
 
 namespace flashattn::fa2 {
@@ -108,10 +109,12 @@ struct OnlineSoftmax {
   }
 
   // O /= l (once, at the end) and the natural-log LSE = m·scale + ln l. A row that saw no key
-  // (l = 0) gets O = 0 and LSE = -inf exactly.
+  // (l = 0) gets O = 0 and LSE = -inf exactly. With an attention sink (has_sink; natural-log units)
+  // the sink joins the denominator (common/sink.h) and such a row's LSE is the sink.
   template <int kOFrags>
   __device__ __forceinline__ void finalize(Frag (&o)[kMFrags][kOFrags], float scale_log2,
-                                           float (&lse)[kMFrags][2]) const {
+                                           float (&lse)[kMFrags][2], bool has_sink = false,
+                                           float sink = 0.f) const {
 #pragma unroll
     for (int mi = 0; mi < kMFrags; ++mi)
 #pragma unroll
@@ -119,8 +122,15 @@ struct OnlineSoftmax {
         float sum = l[mi][h];
         sum += __shfl_xor_sync(~0u, sum, 1);
         sum += __shfl_xor_sync(~0u, sum, 2);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        lse[mi][h] = sum > 0.f ? m[mi][h] * scale_log2 * kLn2 + logf(sum) : -INFINITY;
+        float inv;
+        if (has_sink) {  // common/sink.h
+          const SinkNorm n = normalize_with_sink(sum, m[mi][h] * scale_log2, sink);
+          inv = n.inv;
+          lse[mi][h] = n.lse;
+        } else {
+          inv = sum > 0.f ? 1.f / sum : 0.f;
+          lse[mi][h] = sum > 0.f ? m[mi][h] * scale_log2 * kLn2 + logf(sum) : -INFINITY;
+        }
 #pragma unroll
         for (int di = 0; di < kOFrags; ++di) {
           o[mi][di][2 * h] *= inv;

@@ -50,7 +50,11 @@ struct Epilogue {
     const Problem& p = params.p;
     const int ctid = consumer_tid(), wg = ctid / 128;
     float inv[2], lse[2];
-    softmax.finalize(inv, lse);
+    if (p.sinks != nullptr) {
+      softmax.finalize_with_sink(p.sinks[w.c.head], inv, lse);
+    } else {
+      softmax.finalize(inv, lse);
+    }
     Tensor o = rowcol(tOrO);
     scale_rows(o, inv);
     Tensor rO = make_tensor_like<Element>(tOrO);
@@ -136,7 +140,8 @@ struct Epilogue {
     }
   }
 
-  // A tile no key is visible to: O = 0 and LSE = -inf, written without touching shared memory.
+  // A tile no key is visible to: O = 0 and LSE = -inf (the sink, with sinks), written without
+  // touching shared memory.
   __device__ __forceinline__ void store_empty(const TileWork& w) const {
     const Problem& p = params.p;
     const int ctid = consumer_tid();
@@ -151,7 +156,9 @@ struct Epilogue {
     if (p.lse != nullptr) {
       for (int r = ctid; r < C::kBlockM; r += C::kConsumerThreads) {
         const int row = w.row0 + r;
-        if (w.stores_row(row)) p.lse[w.seq.lse_offset + row] = -INFINITY;
+        if (w.stores_row(row)) {
+          p.lse[w.seq.lse_offset + row] = p.sinks != nullptr ? p.sinks[w.c.head] : -INFINITY;
+        }
       }
     }
   }

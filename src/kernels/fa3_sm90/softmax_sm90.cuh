@@ -14,6 +14,7 @@
 #include "common/exp2_poly.h"
 #include "common/mask.h"
 #include "common/math_constants.h"
+#include "common/sink.h"
 
 namespace flashattn::fa3 {
 
@@ -174,6 +175,18 @@ struct OnlineSoftmax {
       const bool empty = sum == 0.f || sum != sum;
       inv[r] = empty ? 0.f : 1.f / sum;
       lse[r] = empty ? -INFINITY : (m[r] * scale_log2 + __log2f(sum)) * kLn2;
+    }
+  }
+
+  // finalize() for rows whose denominator also holds an attention sink (common/sink.h; natural-log
+  // units).
+  __device__ __forceinline__ void finalize_with_sink(float sink, float (&inv)[kRows],
+                                                     float (&lse)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const SinkNorm n = normalize_with_sink(quad_sum(l[r]), m[r] * scale_log2, sink);
+      inv[r] = n.inv;
+      lse[r] = n.lse;
     }
   }
 };
