@@ -1,6 +1,6 @@
 // Where a short decode step spends its time: the split and combine kernels of the library, with
-// %globaltimer and clock64 stamps compiled in (the FA_TRACE hooks of kernel.cuh and
-// combine.cuh, common/trace.h; empty in the library), with 4- and 8-warp split blocks at several split counts,
+// %globaltimer and clock64 stamps compiled in (the FA_TRACE hooks of kernel.cuh and combine.cuh,
+// common/trace.h; empty in the library), with 4- and 8-warp split blocks at several split counts,
 // timed as flashattn-bench --decode times them (events around each call, enqueued back to back,
 // inputs rotated over > 256 MB, median of 30) beside a plain read of the same bytes. A diagnosis
 // tool, not part of the library build: the stamps cost a global store each. Build and run on the

@@ -1,7 +1,8 @@
 // Microbenchmark: cycles per warp instruction of ex2.approx.ftz.f32 and cvt.rn.bf16x2.f32 on one SM
 // partition (one block of 4, 8 or 16 warps: 1, 2 or 4 per partition), back to back in 16
 // independent chains, timed by clock64. Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a
-// bench/mufu_throughput.cu -o mufu_throughput. Result on the H100: docs/perf/forward-hopper.md (fourth pass).
+// bench/mufu_throughput.cu -o mufu_throughput. Result on the H100: docs/perf/forward-hopper.md
+// (fourth pass).
 #include <cstdio>
 __device__ __forceinline__ float ex2(float x){float y; asm volatile("ex2.approx.ftz.f32 %0, %1;":"=f"(y):"f"(x)); return y;}
 __device__ __forceinline__ unsigned cvt(float a,float b){unsigned y; asm volatile("cvt.rn.bf16x2.f32 %0, %1, %2;":"=r"(y):"f"(a),"f"(b)); return y;}

@@ -66,8 +66,8 @@ enum {
 
 /* The forward parameters: 64 bytes of 32-bit fields, then 8-byte fields, so that the layout has
  * no implicit padding. Version 1 was 256 bytes on LP64; version 2 appends `sinks` (264). Strides
- * are in elements, ordered (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total, heads, dim) and stride[0]
- * is ignored. */
+ * are in elements, ordered (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total,
+ * heads, dim) and stride[0] is ignored. */
 typedef struct flashattn_c_fwd_params {
   uint32_t struct_size; /* sizeof(flashattn_c_fwd_params) as the caller knows it */
   int32_t dtype;        /* an element type above: FLASHATTN_C_BF16, ... */
@@ -132,8 +132,8 @@ FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
 /* The decode parameters (flashattn::DecodeParams, decode.h: the fields mean what the same-named
  * fields there mean; `struct_size` as above): 80 bytes of 32-bit fields, then pointers and 64-bit
  * fields, no implicit padding (368 bytes on LP64 in version 1; version 2 appends `sinks`, 376).
- * Strides are in elements, ordered (batch, seqlen, heads, dim); the cache's are (cache row or page, row in it, heads, dim). The
- * caches are written in place when k_new/v_new are given. */
+ * Strides are in elements, ordered (batch, seqlen, heads, dim); the cache's are (cache row or
+ * page, row in it, heads, dim). The caches are written in place when k_new/v_new are given. */
 typedef struct flashattn_c_decode_params {
   uint32_t struct_size; /* sizeof(flashattn_c_decode_params) as the caller knows it */
   int32_t dtype;        /* an element type above: FLASHATTN_C_BF16, ... */

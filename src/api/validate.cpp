@@ -144,7 +144,8 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
     return unsupported("cu_seqlens_q: kernel " + k + " does not support variable length");
   }
   if (p.sinks != nullptr && !caps.sinks) {
-    return unsupported("sinks: kernel " + k + " does not support attention sinks (k6, fa2 and cpu do)");
+    return unsupported("sinks: kernel " + k +
+                       " does not support attention sinks (k6, fa2 and cpu do)");
   }
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   if (dv != p.head_dim && !caps.hdim_v_differs) {

@@ -1,6 +1,6 @@
 // 2^x on the FMA pipe (FlashAttention-4's partial exp2 emulation, an ablation of the Hopper
-// softmax: docs/perf/forward-hopper.md). Host and device run the same IEEE float operations (fused multiply-adds,
-// adds, a max, one integer add), so the CPU tests check exactly what the GPU computes.
+// softmax: docs/perf/forward-hopper.md). Host and device run the same IEEE float operations
+// (FMAs, adds, a max, one integer add), so the CPU tests check exactly what the GPU computes.
 #pragma once
 
 #include <cmath>

@@ -2,7 +2,7 @@
 // Montgomery's round-up method). The GPU has no integer divider: `n / d` with a run-time d is a
 // dozen instructions around a MUFU reciprocal and two conversions, and the Hopper kernels derive
 // every tile's coordinates that way at the tile's start and again in its epilogue, where the MUFU
-// queue is full of the other warpgroup's exponentials (docs/perf/forward-hopper.md, the per-warp timeline).
+// queue is full of the other warpgroup's exponentials (docs/perf/forward-hopper.md, timelines).
 // Valid for 0 <= n < 2^31 and 1 <= d < 2^31; the CPU tests check it against `/` and `%`.
 #pragma once
 

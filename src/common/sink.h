@@ -4,12 +4,12 @@
 //
 // A row's online softmax leaves O_unnorm = sum_j 2^(x_j - mx) v_j and sum = sum_j 2^(x_j - mx)
 // against its reference max mx (log2 units; -inf for a row that saw no key). With the sink
-// (natural-log units, as the user gives it; s = sink * log2 e) the true denominator is D = sum * 2^mx + 2^s = 2^top * d, where
-// top = max(mx, s) and d = sum * 2^(mx - top) + 2^(s - top) lies in [1, sum + 1]: no overflow
-// whichever term dominates. Then
+// (natural-log units, as the user gives it; s = sink * log2 e) the true denominator is
+// D = sum * 2^mx + 2^s = 2^top * d, where top = max(mx, s) and d = sum * 2^(mx - top) +
+// 2^(s - top) lies in [1, sum + 1]: no overflow whichever term dominates. Then
 //     O = O_unnorm * inv,  inv = 2^(mx - top) / d,     LSE = (top + log2 d) * ln 2.
-// A row that saw no key gets O = 0 and LSE = sink, exactly. (Without a sink the kernels keep their own
-// shorter finalize: inv = 1/sum, LSE = (mx + log2 sum) * ln 2.)
+// A row that saw no key gets O = 0 and LSE = sink, exactly. (Without a sink the kernels keep their
+// own shorter finalize: inv = 1/sum, LSE = (mx + log2 sum) * ln 2.)
 #pragma once
 
 #include <cmath>

@@ -48,7 +48,7 @@ struct TileSize {
 //            Earlier, 128 x 64 keys in steps of 32 (238 regs):
 //            305 / 325 / 341 / 351 / 352 (s1024 .. s16k; 0.90 .. 1.00 of flash), causal 245 ..
 //            359 (0.98 .. 1.12). Before: 128 x 32 (253/254 regs, two barriers per 32 keys): 290 /
-//            309 / 324 / 338 / 340 (docs/perf/fa2.md, another run). Expected +5-8% from a quarter of
+//            309 / 324 / 338 / 340 (docs/perf/fa2.md, other run). Expected +5-8% from a quarter of
 //            the barriers; got +3-4%: the split re-reads Q from shared memory per 32-key step, and
 //            the gap to flash is largest at short sequences (0.88 at s1024 against 1.00 at s16k),
 //            i.e. it is mostly a per-tile fixed cost that the key-block shape does not touch. 128 x

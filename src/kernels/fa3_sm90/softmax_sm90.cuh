@@ -95,7 +95,7 @@ struct SoftmaxOptions {
 inline constexpr float kRescaleSlack = 8.f;
 // One exponential in kExp2EmulationPeriod by exp2_poly on the FMA pipe instead of MUFU; 0 = none.
 // A compile-time constant (a run-time branch kept both loops and their registers in every
-// kernel); -DFLASHATTN_EXP2_EMULATION_PERIOD=N builds the ablation. docs/perf/forward-hopper.md has the
+// kernel); -DFLASHATTN_EXP2_EMULATION_PERIOD=N builds the ablation. docs/perf/forward-hopper.md:
 // measurements: MUFU.EX2 issues one warp instruction per 8 cycles per SM partition (16 per SM
 // per cycle), the softmax's largest single cost on the H100.
 #ifndef FLASHATTN_EXP2_EMULATION_PERIOD
