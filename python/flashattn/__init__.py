@@ -9,7 +9,7 @@ compiled against Python or PyTorch). The functions are torch.library custom ops
 torch.compile traces them. The packed forms (flash_attn_qkvpacked_func, ...) slice one tensor
 into views and call those functions.
 """
-from . import _lib
+from . import _lib, distributed
 from ._lib import UnsupportedError, library_path
 from .interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 from .packed import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
@@ -24,6 +24,7 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
     "UnsupportedError",
+    "distributed",
     "built_kernels",
     "gpu_kernels",
     "kernel_is_built",
