@@ -298,11 +298,6 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
             "(--decode, --sweep decode) has none of them";
     return ParseOutcome::error;
   }
-  if (opts.sinks && (opts.decode_q > 0 || opts.sweep_decode)) {
-    error = "--sinks: the decode bench does not draw sinks yet (the decode kernels support them; "
-            "the Python flash_attn_with_kvcache(sinks=...) and the GPU tests exercise them)";
-    return ParseOutcome::error;
-  }
   return ParseOutcome::run;
 }
 

@@ -35,6 +35,7 @@ std::vector<DecodeWorkload> decode_workloads(const Options& o) {
     d.w.causal = o.causal;
     d.w.window_left = o.window_left;
     d.w.window_right = o.window_right;
+    d.w.sinks = o.sinks;
     d.page_size = page_size;
     d.num_splits = o.num_splits;
     return d;
@@ -73,8 +74,9 @@ struct DecodeSet {
 struct DecodeBuffers {
   DecodeWorkload d;
   std::vector<DecodeSet> sets;
-  Block o, lse, seqlens, table;
+  Block o, lse, seqlens, table, sinks;
   std::vector<int32_t> host_table;
+  std::vector<float> host_sinks;  // --sinks: one logit per query head in [-4, 4]
   int max_pages = 0, num_pages = 0;
   size_t q_bytes = 0, cache_bytes = 0;
 
@@ -99,6 +101,18 @@ struct DecodeBuffers {
         !st.ok())
       return st;
     if (Status st = seqlens.allocate(Memory::device, size_t(w.batch) * 4); !st.ok()) return st;
+    if (w.sinks) {
+      host_sinks.resize(size_t(w.heads));
+      std::mt19937_64 gen(seed ^ 0x51'4b);
+      std::uniform_real_distribution<float> uniform(-4.f, 4.f);
+      for (float& x : host_sinks) x = uniform(gen);
+      if (Status st = sinks.allocate(Memory::device, host_sinks.size() * 4); !st.ok()) return st;
+      if (Status st = cuda_status(cudaMemcpy(sinks.get(), host_sinks.data(),
+                                             host_sinks.size() * 4, cudaMemcpyHostToDevice),
+                                  "cudaMemcpy(sinks)");
+          !st.ok())
+        return st;
+    }
     const std::vector<int32_t> lens(size_t(w.batch), w.seqlen_k);
     if (Status st = cuda_status(
             cudaMemcpy(seqlens.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice),
@@ -189,6 +203,7 @@ struct DecodeBuffers {
     p.o.data = o.get();
     p.lse = static_cast<float*>(lse.get());
     p.cache_seqlens = static_cast<const int32_t*>(seqlens.get());
+    p.sinks = d.w.sinks ? static_cast<const float*>(sinks.get()) : nullptr;
     p.stream = stream;
     return p;
   }
@@ -275,6 +290,7 @@ Status check_decode(const DecodeBuffers& buf, const RunContext& ctx, CheckSummar
     f.v.data = vb.data();
     f.o.data = o.data() + qoff;
     f.lse = lse.data() + size_t(b) * w.heads * w.seqlen_q;
+    f.sinks = w.sinks ? buf.host_sinks.data() : nullptr;
     const reference::CheckResult r = reference::check(f);
     out.rows += int64_t(w.heads) * w.seqlen_q;
     reference::CheckResult& t = out.result;
