@@ -15,11 +15,10 @@ namespace flashattn {
 struct HeadDims {
   int qk;  // head_dim: q and k
   int v;   // head_dim_v: v and o
-  friend constexpr bool operator==(const HeadDims&, const HeadDims&) = default;
 };
 
-// Every (head_dim, head_dim_v) pair the library accepts. FLASHATTN_HEAD_DIMS below is the same
-// list for the preprocessor and CMake; a static_assert keeps the two equal.
+// Every (head_dim, head_dim_v) pair the library accepts. cmake/instantiations.cmake parses these
+// arrays as written here ("HeadDims <name>[] = {{d, dv}, ...};"): keep that form.
 inline constexpr HeadDims kHeadDims[] = {{64, 64},   {96, 96},   {128, 128},
                                          {192, 192}, {192, 128}, {256, 256}};
 // The pairs the decode family is built for (a subset: decode packs one m16 tile of query rows
