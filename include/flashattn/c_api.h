@@ -190,6 +190,63 @@ FLASHATTN_C_EXPORT int flashattn_c_decode_can_implement(const flashattn_c_decode
 /* sizeof(flashattn_c_decode_params) in this library. */
 FLASHATTN_C_EXPORT size_t flashattn_c_decode_params_size(void);
 
+/* The backward parameters (flashattn::BackwardParams, backward.h; `struct_size` as above):
+ * 64 bytes of 32-bit fields, then pointers and 64-bit strides, no implicit padding (432 bytes on
+ * LP64 in version 1). Strides are in elements, ordered (batch, seqlen, heads, dim); with
+ * cu_seqlens the tensors are (total, heads, dim) and stride[0] is ignored. */
+typedef struct flashattn_c_bwd_params {
+  uint32_t struct_size; /* sizeof(flashattn_c_bwd_params) as the caller knows it */
+  int32_t dtype;        /* an element type above: FLASHATTN_C_BF16, ... */
+  int32_t batch;
+  int32_t seqlen_q; /* with cu_seqlens: the longest query sequence */
+  int32_t seqlen_k; /* with cu_seqlens: the longest key sequence */
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim;
+  int32_t head_dim_v;    /* 0: same as head_dim */
+  float softmax_scale;   /* 0: 1/sqrt(head_dim) */
+  int32_t causal;        /* 0 or 1 */
+  int32_t window_left;   /* -1: unbounded */
+  int32_t window_right;  /* -1: unbounded */
+  int32_t total_q;       /* with cu_seqlens: packed query tokens */
+  int32_t total_k;       /* with cu_seqlens: packed key tokens */
+  int32_t deterministic; /* 0 or 1 */
+
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;
+  const void* dout;
+  const float* lse; /* required fp32, the forward's */
+  void* dq;
+  void* dk;
+  void* dv;
+  const int32_t* cu_seqlens_q; /* optional, batch + 1 prefix sums */
+  const int32_t* cu_seqlens_k;
+  const float* sinks; /* optional fp32 (heads_q,) */
+  float* dsinks;      /* optional fp32 (heads_q,) output */
+  void* stream;       /* cudaStream_t; ignored by the cpu kernel */
+  int64_t q_stride[4];
+  int64_t k_stride[4];
+  int64_t v_stride[4];
+  int64_t o_stride[4];
+  int64_t dout_stride[4];
+  int64_t dq_stride[4];
+  int64_t dk_stride[4];
+  int64_t dv_stride[4];
+} flashattn_c_bwd_params;
+
+/* Validates and runs the backward (asynchronously on `stream` for GPU kernels). */
+FLASHATTN_C_EXPORT int flashattn_c_backward(const flashattn_c_bwd_params* params, int kernel,
+                                            char* err, size_t err_len);
+
+/* Validates only: FLASHATTN_C_OK when flashattn_c_backward() would run. */
+FLASHATTN_C_EXPORT int flashattn_c_backward_can_implement(const flashattn_c_bwd_params* params,
+                                                          int kernel, char* err, size_t err_len);
+
+/* sizeof(flashattn_c_bwd_params) in this library. */
+FLASHATTN_C_EXPORT size_t flashattn_c_bwd_params_size(void);
+
 /* One field of a params struct as this library was compiled: name, C type ("uint32", "int32",
  * "float", "int64", "pointer", "int64[4]"), byte offset and size. */
 typedef struct flashattn_c_field {
@@ -204,6 +261,7 @@ typedef struct flashattn_c_field {
  * NULL). */
 FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_fwd_params_fields(size_t* count);
 FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_decode_params_fields(size_t* count);
+FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_bwd_params_fields(size_t* count);
 
 /* The library version, "major.minor.patch" (a static string). */
 FLASHATTN_C_EXPORT const char* flashattn_c_version(void);

@@ -184,4 +184,5 @@ Status forward(const ForwardParams& params, Kernel kernel = Kernel::automatic);
 void set_contiguous_layout(ForwardParams& params);
 
 }  // namespace flashattn
-#include "flashattn/decode.h"  // decode(): KV-cache attention (after the types it uses)
+#include "flashattn/decode.h"    // decode(): KV-cache attention (after the types it uses)
+#include "flashattn/backward.h"  // backward(): gradients of forward()

@@ -42,6 +42,19 @@ struct Mask {
     end = key_end(row_end - 1);
   }
 
+  // Half-open range of rows that may see key `key` (the backward walks a key block's rows);
+  // empty for a key no row sees. Both bounds grow with the key.
+  FA_HD int query_begin(int key) const {
+    if (right < 0) return 0;
+    const int b = key - right - (seqlen_k - seqlen_q);
+    return b > 0 ? b : 0;
+  }
+  FA_HD int query_end(int key) const {
+    if (left < 0) return seqlen_q;
+    const int e = key + left - (seqlen_k - seqlen_q) + 1;
+    return e < seqlen_q ? e : seqlen_q;
+  }
+
   // True when every (row, key) of the tile is visible, so element masking can be skipped.
   FA_HD bool tile_all_visible(int row_begin, int row_end, int key_begin_, int key_end_) const {
     // The tightest constraints come from the last row (left bound) and the first row (right).
