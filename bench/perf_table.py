@@ -4,20 +4,22 @@
 One row per standard-grid configuration (hdim, seqlen, causal), one column per kernel, and
 optional ratio columns `A/B`. Usage:
     bench/perf_table.py results1.json results2.json ... [--ratio k2/k1 --ratio k2/sdpa_math]
+--mode fwd|bwd keeps the records of one pass (peers_sdpa.py --bwd writes mode "bwd"; a record
+without `mode` is a forward one).
 """
 import argparse
 import json
 import math
 
 
-def load(paths):
+def load(paths, mode=None):
     rows = {}
     kernels = []
     for path in paths:
         with open(path) as f:
             doc = json.load(f)
         for r in doc["records"]:
-            if r.get("skipped"):
+            if r.get("skipped") or (mode and r.get("mode", "fwd") != mode):
                 continue
             key = (r["hdim"], r["seqlen_q"], bool(r["causal"]))
             name = r["kernel"]
@@ -59,8 +61,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--ratio", action="append", default=[], help="A/B column, kernel names")
+    ap.add_argument("--mode", choices=("fwd", "bwd"), help="only the records of this pass")
     args = ap.parse_args()
-    rows, kernels = load(args.files)
+    rows, kernels = load(args.files, args.mode)
     print("\n".join(markdown(rows, kernels, [tuple(r.split("/")) for r in args.ratio])))
 
 
