@@ -16,10 +16,13 @@
 // GQA: the block loops over the query heads of its KV head, so dK and dV sum the group in
 // registers in a fixed order (no atomics, nothing to reduce afterwards).
 // dQ: red.add into the fp32 accumulator. Deterministic mode orders those adds: the blocks that
-// touch one (query head, query block) add in key-block order, each waiting on a per-tile
-// semaphore for the count of earlier key blocks that touch the tile (FlashAttention-2's scheme).
-// Key blocks are the grid's fastest dimension, so an earlier block was dispatched earlier and the
-// wait cannot deadlock.
+// touch one (query head, query block) add in descending key-block order, each waiting on a
+// per-tile semaphore until the key blocks after it that touch the tile have added. Descending,
+// because under a causal mask the last key blocks see the fewest query blocks: they finish their
+// adds early, and the long walk of key block 0 finds its waits already satisfied (ascending,
+// every block trails its predecessor's long walk). The grid then runs the key blocks from the
+// last (blockIdx.x 0 = the last key block): a block only ever waits on blocks dispatched before
+// it, so the waits cannot deadlock however few blocks are resident.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -56,10 +59,28 @@ struct Workspace {
 inline constexpr int kMinBlockM = 32;  // the smallest kBlockM of any instantiation (sizes sems)
 inline constexpr int kWarps = 8;
 
-// How 8 warps tile an R x C output: kWR x kWC warps of kRows x kCols each.
+// How 8 warps tile an R x C output: kWR x kWC warps of kRows x kCols each. Of the splits into
+// whole m16 x n16 tiles, the one with the fewest ldmatrix per k16 step (kRF + kCF / 2, for
+// kRF·kCF MMAs): the squarest warp tile.
 template <int R, int C>
 struct WarpGrid {
+  static constexpr int cost(int wr) {
+    return (R % (16 * wr) != 0 || C % (16 * (kWarps / wr)) != 0)
+               ? 1 << 20
+               : R / wr / 16 + C / (kWarps / wr) / 16;
+  }
+  static constexpr int pick() {
+    int best = 1;
+    for (int wr = 2; wr <= kWarps; wr *= 2) {
+      if (cost(wr) < cost(best)) best = wr;
+    }
+    return best;
+  }
+#ifdef FA_BWD_TALL
   static constexpr int kWR = R / 16 < kWarps ? R / 16 : kWarps;
+#else
+  static constexpr int kWR = pick();
+#endif
   static constexpr int kWC = kWarps / kWR;
   static constexpr int kRows = R / kWR, kCols = C / kWC;
   static constexpr int kRF = kRows / 16, kCF = kCols / 8;
@@ -221,7 +242,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   float* dsum_s = lse_s + 2 * kBlockM;                            // [2][M]
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const int n_block = bp.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int h_kv = blockIdx.y, b = blockIdx.z;
   const SequenceView seq_kv = sequence_view(p, b, h_kv * p.group, h_kv);
   const int key0 = n_block * kBlockN;
   if (key0 >= seq_kv.len_k) return;  // varlen: this sequence is shorter than the longest
@@ -351,7 +373,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       if (bp.deterministic) {
         sem = ws.sems + (static_cast<int64_t>(h) * p.batch + b) * ws.m_blocks + m;
         if (tid == 0) {
-          for (int n = 0; n < n_block; ++n) {  // earlier key blocks that touch this query block
+          // The later key blocks (of this sequence) that touch this query block add first.
+          const int n_end = (seq_kv.len_k + kBlockN - 1) / kBlockN;
+          for (int n = n_block + 1; n < n_end; ++n) {
             int lo, hi;
             query_blocks<kBlockM, kBlockN>(mask, n, lo, hi);
             order += (lo <= m && m < hi) ? 1 : 0;
