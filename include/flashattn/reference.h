@@ -5,6 +5,7 @@
 // before P·V). check() applies FlashAttention's rule to a kernel's output:
 //     max|out - ref| <= 2 * max|pt - ref| + atol
 // with ref the fp64 result, pt the emulated one and atol the rounding floor of the output type.
+// reference::backward and check_backward() do the same for the gradients.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,54 @@ CheckResult check(const ForwardParams& params, const std::vector<RowId>& rows = 
 // Up to `count` rows drawn evenly (always including the first and last row of each sequence and
 // any fully masked row), for shapes too large to check whole on the CPU.
 std::vector<RowId> sample_rows(const ForwardParams& params, int count, uint64_t seed);
+
+// ---- Backward ---------------------------------------------------------------------------------
+// Gradients of the loss sum(dout * o) with respect to q, k, v and the sink logits, from params.q,
+// k, v and dout (host memory, as are cu_seqlens and sinks) alone: the forward is recomputed in
+// the same precision; params.o, lse and the gradient pointers are not read. fp64 is exact;
+// emulate is what a kernel of the input precision computes (fp32 arithmetic on the emulated
+// forward's O and LSE, P rounded to the input type before dV += P^T dO, dS rounded before
+// dQ += dS K and dK += dS^T Q, each gradient rounded to the input type at the end).
+// Outputs are dense: dq (batch, seqlen_q, heads_q, head_dim), dk (batch, seqlen_k, heads_kv,
+// head_dim), dv (batch, seqlen_k, heads_kv, head_dim_v); with cu_seqlens (total_q, heads_q,
+// head_dim) and so on; dsinks (heads_q). Any may be null.
+void backward(const BackwardParams& params, Precision precision, double* dq, double* dk,
+              double* dv, double* dsinks);
+
+// One KV head of one batch entry: the unit whose gradients can be checked alone (dk and dv of
+// the KV head, dq of the query heads of its group).
+struct KvHeadId {
+  int batch, kv_head;
+};
+
+struct GradientCheck {
+  bool ok = true;
+  double max_err = 0;     // max |g - ref|
+  double max_err_pt = 0;  // max |pt - ref|
+  double atol = 0;
+  int64_t checked = 0;     // elements compared
+  int64_t not_finite = 0;  // NaN/inf elements (poison left behind, or a blow-up)
+};
+
+struct BackwardCheckResult {
+  bool ok = false;
+  GradientCheck dq, dk, dv, dsinks;  // dsinks.checked == 0: not checked
+  std::string detail;                // the failures, human readable
+};
+
+// FlashAttention's rule on each gradient, as check() applies it to the output:
+//     max|g - ref| <= 2 * max|pt - ref| + atol
+// atol the rounding floor of the input type (dsinks, fp32: a bound on the standard deviation of what
+// rounding O to the input type moves it by, since D = dO.O uses the forward's rounded O), and every
+// element finite. params.q/k/v/dout (cu_seqlens, sinks) point at host copies of the inputs,
+// params.dq/dk/dv (dsinks) at host copies of the kernel's gradients, in their own strides.
+// `pairs` limits the check to those (batch, KV head) units; dsinks, a sum over every batch entry,
+// is checked only when `pairs` is empty (all of them).
+BackwardCheckResult check_backward(const BackwardParams& params,
+                                   const std::vector<KvHeadId>& pairs = {});
+
+// Up to `count` distinct (batch, KV head) units: the first and the last, then seeded others.
+std::vector<KvHeadId> sample_kv_heads(const BackwardParams& params, int count, uint64_t seed);
 
 // n values of `dtype` drawn from N(0, sigma^2) with a seeded generator (never zeros).
 void fill_normal(void* data, int64_t n, DType dtype, uint64_t seed, float sigma = 1.0f);

@@ -1,6 +1,7 @@
 // The C ABI (include/flashattn/c_api.h) over the C++ API: copies the caller's struct into
-// ForwardParams (DecodeParams) field by field from one list per struct, calls can_implement()
-// and forward() (decode()), and turns the Status into a code and a message.
+// ForwardParams (DecodeParams, BackwardParams) field by field from one list per struct, calls
+// can_implement() and forward() (decode(), backward()), and turns the Status into a code and a
+// message.
 // Nothing thrown inside the library may unwind into a C caller (ctypes would abort the process),
 // so every entry point catches everything.
 #include "flashattn/c_api.h"
@@ -55,6 +56,13 @@ constexpr size_t kDecodeV1Size = 368;
 static_assert(offsetof(flashattn_c_decode_params, sinks) == kDecodeV1Size);
 static_assert(sizeof(flashattn_c_decode_params) == 376);
 
+// The backward struct's layout (version 1: 432 bytes; its sixteenth 32-bit field is
+// `deterministic`, so it has no `reserved`).
+static_assert(offsetof(flashattn_c_bwd_params, q) == 64);
+static_assert(offsetof(flashattn_c_bwd_params, q_stride) == 176);
+constexpr size_t kBwdV1Size = 432;
+static_assert(sizeof(flashattn_c_bwd_params) == kBwdV1Size);
+
 // ---- the field lists ---------------------------------------------------------------------------
 // Every field of each C struct, in declaration order, as HEADER(c_name) (read by read_versioned,
 // not copied) or FIELD(c_name, target): copied into the C++ params' `target` by copy_field()
@@ -89,6 +97,20 @@ static_assert(sizeof(flashattn_c_decode_params) == 376);
   FIELD(o_stride, o.stride) FIELD(k_cache_stride, k_cache.stride)                               \
   FIELD(v_cache_stride, v_cache.stride) FIELD(k_new_stride, k_new.stride)                       \
   FIELD(v_new_stride, v_new.stride) FIELD(sinks, sinks)
+
+#define FLASHATTN_C_BWD_FIELDS(HEADER, FIELD)                                                   \
+  HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
+  FIELD(seqlen_k, seqlen_k) FIELD(heads_q, heads_q) FIELD(heads_kv, heads_kv)                   \
+  FIELD(head_dim, head_dim) FIELD(head_dim_v, head_dim_v) FIELD(softmax_scale, softmax_scale)   \
+  FIELD(causal, causal) FIELD(window_left, window_left) FIELD(window_right, window_right)       \
+  FIELD(total_q, total_q) FIELD(total_k, total_k) FIELD(deterministic, deterministic)           \
+  FIELD(q, q.data) FIELD(k, k.data) FIELD(v, v.data) FIELD(o, o.data) FIELD(dout, dout.data)    \
+  FIELD(lse, lse) FIELD(dq, dq.data) FIELD(dk, dk.data) FIELD(dv, dv.data)                      \
+  FIELD(cu_seqlens_q, cu_seqlens_q) FIELD(cu_seqlens_k, cu_seqlens_k) FIELD(sinks, sinks)       \
+  FIELD(dsinks, dsinks) FIELD(stream, stream) FIELD(q_stride, q.stride)                         \
+  FIELD(k_stride, k.stride) FIELD(v_stride, v.stride) FIELD(o_stride, o.stride)                 \
+  FIELD(dout_stride, dout.stride) FIELD(dq_stride, dq.stride) FIELD(dk_stride, dk.stride)       \
+  FIELD(dv_stride, dv.stride)
 // clang-format on
 
 // The C type of a field, as flashattn_c_field names it.
@@ -122,6 +144,10 @@ constexpr auto kDecodeFields = [] {
   using S = flashattn_c_decode_params;
   return std::array{FLASHATTN_C_DECODE_FIELDS(FLASHATTN_C_LAYOUT_HEADER, FLASHATTN_C_LAYOUT_FIELD)};
 }();
+constexpr auto kBwdFields = [] {
+  using S = flashattn_c_bwd_params;
+  return std::array{FLASHATTN_C_BWD_FIELDS(FLASHATTN_C_LAYOUT_HEADER, FLASHATTN_C_LAYOUT_FIELD)};
+}();
 
 // The fields follow each other with no gap and end at sizeof(S): the list misses no field, and
 // (the structs having no implicit padding) names them in declaration order.
@@ -136,6 +162,7 @@ constexpr bool covers_every_byte(const std::array<flashattn_c_field, N>& fields)
 }
 static_assert(covers_every_byte<flashattn_c_fwd_params>(kFwdFields));
 static_assert(covers_every_byte<flashattn_c_decode_params>(kDecodeFields));
+static_assert(covers_every_byte<flashattn_c_bwd_params>(kBwdFields));
 
 struct Converted {
   Status status;
@@ -145,6 +172,11 @@ struct Converted {
 struct ConvertedDecode {
   Status status;
   DecodeParams params;
+};
+
+struct ConvertedBwd {
+  Status status;
+  BackwardParams params;
 };
 
 void write_message(const std::string& msg, char* err, size_t err_len) {
@@ -159,8 +191,9 @@ Status invalid(std::string msg) {
 }
 
 // The checks every versioned params struct of the ABI shares: non-null, at least version 1's
-// size, reserved 0, a known dtype. Only the caller's prefix is read: a larger struct from a newer
-// caller keeps its unknown tail to itself; every field of version 1 is required.
+// size, reserved 0 (where the struct has it), a known dtype. Only the caller's prefix is read: a
+// larger struct from a newer caller keeps its unknown tail to itself; every field of version 1 is
+// required.
 template <class CParams>
 Status read_versioned(const CParams* in, size_t v1_size, const char* type, CParams& out) {
   if (in == nullptr) return invalid("params: must not be null");
@@ -169,7 +202,10 @@ Status read_versioned(const CParams* in, size_t v1_size, const char* type, CPara
                    "), got " + std::to_string(in->struct_size));
   }
   std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof out));
-  if (out.reserved != 0) return invalid("reserved: must be 0, got " + std::to_string(out.reserved));
+  if constexpr (requires { out.reserved; }) {
+    if (out.reserved != 0)
+      return invalid("reserved: must be 0, got " + std::to_string(out.reserved));
+  }
   if (out.dtype < FLASHATTN_C_BF16 || out.dtype > FLASHATTN_C_E5M2) {
     return invalid(
         "dtype: must be FLASHATTN_C_BF16 (0), FLASHATTN_C_FP16 (1), FLASHATTN_C_E4M3 "
@@ -223,10 +259,23 @@ Converted convert(const flashattn_c_fwd_params* in) {
   return c;
 }
 
+Status copy_fields(const flashattn_c_bwd_params& p, BackwardParams& out) {
+  FLASHATTN_C_BWD_FIELDS(FLASHATTN_C_COPY_HEADER, FLASHATTN_C_COPY_FIELD)
+  return Status::success();
+}
+
 ConvertedDecode convert_decode(const flashattn_c_decode_params* in) {
   ConvertedDecode c;
   flashattn_c_decode_params p{};
   c.status = read_versioned(in, kDecodeV1Size, "flashattn_c_decode_params", p);
+  if (c.status.ok()) c.status = copy_fields(p, c.params);
+  return c;
+}
+
+ConvertedBwd convert_bwd(const flashattn_c_bwd_params* in) {
+  ConvertedBwd c;
+  flashattn_c_bwd_params p{};
+  c.status = read_versioned(in, kBwdV1Size, "flashattn_c_bwd_params", p);
   if (c.status.ok()) c.status = copy_fields(p, c.params);
   return c;
 }
@@ -274,6 +323,19 @@ int call_decode(const flashattn_c_decode_params* in, char* err, size_t err_len, 
     ConvertedDecode c = convert_decode(in);
     if (!c.status.ok()) return std::move(c.status);
     return fn(c.params);
+  });
+}
+
+// The same for the backward entry points.
+template <class Fn>
+int call_bwd(const flashattn_c_bwd_params* in, int kernel, char* err, size_t err_len,
+             Fn fn) noexcept {
+  return guarded(err, err_len, [&]() -> Status {
+    ConvertedBwd c = convert_bwd(in);
+    if (!c.status.ok()) return std::move(c.status);
+    if (!valid_kernel_id(kernel))
+      return invalid("kernel: unknown kernel id " + std::to_string(kernel));
+    return fn(c.params, static_cast<Kernel>(kernel));
   });
 }
 
@@ -339,6 +401,23 @@ size_t flashattn_c_decode_params_size(void) {
   return sizeof(flashattn_c_decode_params);
 }
 
+int flashattn_c_backward(const flashattn_c_bwd_params* params, int kernel, char* err,
+                         size_t err_len) {
+  return fa::call_bwd(params, kernel, err, err_len,
+                      [](const fa::BackwardParams& p, fa::Kernel k) { return fa::backward(p, k); });
+}
+
+int flashattn_c_backward_can_implement(const flashattn_c_bwd_params* params, int kernel, char* err,
+                                       size_t err_len) {
+  return fa::call_bwd(params, kernel, err, err_len, [](const fa::BackwardParams& p, fa::Kernel k) {
+    return fa::can_implement(p, k);
+  });
+}
+
+size_t flashattn_c_bwd_params_size(void) {
+  return sizeof(flashattn_c_bwd_params);
+}
+
 size_t flashattn_c_fwd_params_size(void) {
   return sizeof(flashattn_c_fwd_params);
 }
@@ -351,6 +430,11 @@ const flashattn_c_field* flashattn_c_fwd_params_fields(size_t* count) {
 const flashattn_c_field* flashattn_c_decode_params_fields(size_t* count) {
   if (count != nullptr) *count = fa::kDecodeFields.size();
   return fa::kDecodeFields.data();
+}
+
+const flashattn_c_field* flashattn_c_bwd_params_fields(size_t* count) {
+  if (count != nullptr) *count = fa::kBwdFields.size();
+  return fa::kBwdFields.data();
 }
 
 const char* flashattn_c_version(void) {

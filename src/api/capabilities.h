@@ -49,6 +49,22 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
   }
 }
 
+// What each family's backward supports: the table can_implement(BackwardParams) checks against.
+// Families without a backward have built = false.
+constexpr KernelCaps backward_kernel_caps(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::cpu:
+      return {.built = true, .host = true, .varlen = true, .hdim_v_differs = true, .sinks = true};
+    case Kernel::fa2:
+      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true};
+    default:
+      return {};
+  }
+}
+
+// GPU families with a backward, fastest first: the first the device supports is `auto`'s.
+inline constexpr Kernel kBackwardGpuPreference[] = {Kernel::fa2};
+
 // Element types some kernel of this build runs. e4m3 and e5m2 are dtypes of the API and the C ABI
 // that no kernel runs yet: can_implement answers `unsupported` for them (FP8 forward will be a
 // mainloop of the Hopper family).

@@ -39,6 +39,10 @@ TensorArg sinks_arg(const float* sinks, int64_t heads_q) {
   return {"sinks", sinks, {heads_q, heads_q, 1, 1}, {1, 1, heads_q, 1}, 4};
 }
 
+TensorArg dsinks_arg(const float* dsinks, int64_t heads_q) {
+  return {"dsinks", dsinks, {heads_q, heads_q, 1, 1}, {1, 1, heads_q, 1}, 4};
+}
+
 Status check_sinks_pointer(const float* sinks) {
   if (reinterpret_cast<uintptr_t>(sinks) % alignof(float) != 0) {
     return invalid("sinks: must be a 4-byte aligned fp32 array of heads_q logits");

@@ -1,5 +1,5 @@
-// Host-side checks of the tensor arguments of a call, shared by forward, decode and (next) the
-// backward pass: each tensor's pointer and strides, outputs that alias inputs, TMA stride limits,
+// Host-side checks of the tensor arguments of a call, shared by forward, decode and the
+// backward: each tensor's pointer and strides, outputs that alias inputs, TMA stride limits,
 // and where the pointers live. A caller lists its tensors with their logical shapes and dtype;
 // every failure names the argument and the rule, and nothing here launches work or reads memory.
 #pragma once
@@ -41,6 +41,8 @@ TensorArg tensor_arg(const char* name, const Ref& t, const std::array<int64_t, 4
 TensorArg lse_arg(const float* lse, int64_t batch, int64_t heads, int64_t seqlen);
 // The attention sinks, fp32 (heads_q,), as an input whose bytes outputs must not overlap.
 TensorArg sinks_arg(const float* sinks, int64_t heads_q);
+// The gradient of the sinks, fp32 (heads_q,), an output of the backward.
+TensorArg dsinks_arg(const float* dsinks, int64_t heads_q);
 // The rule of the sinks pointer itself (null is allowed: no sinks): 4-byte aligned fp32.
 Status check_sinks_pointer(const float* sinks);
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "api/validate.h"
+
 #include "api/capabilities.h"
 #include "api/tensor_check.h"
 #include "common/head_dims.h"
@@ -50,7 +52,9 @@ std::array<TensorArg, 4> forward_tensors(const ForwardParams& p) {
           tensor_arg("o", p.o, {nb, sq, p.heads_q, dv}, p.dtype, first)};
 }
 
-Status check_shapes(const ForwardParams& p) {
+}  // namespace
+
+Status check_attention_shapes(const ForwardParams& p) {
   if (!dtype_has_kernel(p.dtype) && !dtype_is_fp8(p.dtype)) {
     return invalid("dtype: must be bf16 or fp16");
   }
@@ -107,6 +111,13 @@ Status check_shapes(const ForwardParams& p) {
       return invalid("cu_seqlens_q/cu_seqlens_k: must be 4-byte aligned int32 arrays");
     }
   }
+  return Status::success();
+}
+
+namespace {
+
+Status check_shapes(const ForwardParams& p) {
+  if (Status s = check_attention_shapes(p); !s.ok()) return s;
   // Valid input that no kernel runs yet: after every invalid_argument rule.
   if (!dtype_has_kernel(p.dtype)) {
     return unsupported(std::string("dtype: ") + dtype_name(p.dtype) +

@@ -25,7 +25,10 @@ struct BackwardProblem {
   bool deterministic = false;
 };
 
-inline BackwardProblem make_backward_problem(const BackwardParams& p) {
+// The forward call whose gradients these are: the BackwardParams fields that describe the
+// forward (o and lse as its outputs). Validation checks the shared rules on it, and the fp64
+// reference recomputes the forward from it.
+inline ForwardParams forward_params(const BackwardParams& p) {
   ForwardParams f;
   f.dtype = p.dtype;
   f.batch = p.batch;
@@ -51,9 +54,12 @@ inline BackwardProblem make_backward_problem(const BackwardParams& p) {
   f.total_k = p.total_k;
   f.sinks = p.sinks;
   f.stream = p.stream;
+  return f;
+}
 
+inline BackwardProblem make_backward_problem(const BackwardParams& p) {
   BackwardProblem b;
-  b.fwd = make_problem(f);
+  b.fwd = make_problem(forward_params(p));
   b.dout = p.dout.data;
   b.dq = p.dq.data;
   b.dk = p.dk.data;

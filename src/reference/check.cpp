@@ -12,6 +12,7 @@
 #include "common/host_dtype.h"
 #include "flashattn/reference.h"
 #include "common/host_parallel.h"
+#include "reference/rounding.h"
 
 namespace flashattn::reference {
 namespace {
@@ -74,15 +75,6 @@ struct Tally {
     keep_first(first_inf_mismatch, t.first_inf_mismatch);
   }
 };
-
-// The error of representing a value of this magnitude in `dtype`, FlashAttention's way:
-// (ref + 0.3 - 0.3) evaluated in the output type, minus ref. The 0.3 shift keeps values near zero
-// from getting a near-zero floor (the kernel's error there is set by the larger terms it summed).
-double rounding_floor(double ref, DType dtype) {
-  const float up = round_to(static_cast<float>(ref + 0.3), dtype);
-  const float back = round_to(up - 0.3f, dtype);
-  return std::abs(double{back} - ref);
-}
 
 std::string describe(const Where& w) {
   char buf[192];

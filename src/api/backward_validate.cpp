@@ -1,0 +1,201 @@
+// can_implement(BackwardParams): every rule a backward call must satisfy, each failure naming the
+// argument and the rule. The problem's shape is the forward's (check_attention_shapes on
+// forward_params), so the two calls refuse the same shapes with the same messages; the tensor
+// rules go through the shared checks of tensor_check.h. Nothing here launches work.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "api/capabilities.h"
+#include "api/tensor_check.h"
+#include "api/validate.h"
+#include "common/backward_problem.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+namespace {
+
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
+
+// "fa2 or cpu": the families with a backward, for messages.
+std::string backward_families() {
+  std::string out;
+  for (Kernel k : kBackwardGpuPreference) {
+    if (backward_kernel_caps(k).built) out += std::string(out.empty() ? "" : ", ") + kernel_name(k);
+  }
+  return out + (out.empty() ? "" : " or ") + kernel_name(Kernel::cpu);
+}
+
+// The eight tensors with their logical shapes: inputs q, k, v, o, dout, then outputs dq, dk, dv
+// (the shapes of q, k, v). Packed (varlen) tensors are one batch of total tokens, and their unused
+// batch stride is not checked.
+std::array<TensorArg, 8> backward_tensors(const BackwardParams& p) {
+  const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int64_t nb = varlen ? 1 : p.batch;
+  const int64_t sq = varlen ? p.total_q : p.seqlen_q;
+  const int64_t sk = varlen ? p.total_k : p.seqlen_k;
+  const int first = varlen ? 1 : 0;
+  const std::array<int64_t, 4> q_shape{nb, sq, p.heads_q, p.head_dim};
+  const std::array<int64_t, 4> k_shape{nb, sk, p.heads_kv, p.head_dim};
+  const std::array<int64_t, 4> v_shape{nb, sk, p.heads_kv, dv};
+  const std::array<int64_t, 4> o_shape{nb, sq, p.heads_q, dv};
+  return {tensor_arg("q", p.q, q_shape, p.dtype, first),
+          tensor_arg("k", p.k, k_shape, p.dtype, first),
+          tensor_arg("v", p.v, v_shape, p.dtype, first),
+          tensor_arg("o", p.o, o_shape, p.dtype, first),
+          tensor_arg("dout", p.dout, o_shape, p.dtype, first),
+          tensor_arg("dq", p.dq, q_shape, p.dtype, first),
+          tensor_arg("dk", p.dk, k_shape, p.dtype, first),
+          tensor_arg("dv", p.dv, v_shape, p.dtype, first)};
+}
+
+Status check_shapes(const BackwardParams& p) {
+  if (Status s = check_attention_shapes(forward_params(p)); !s.ok()) return s;
+  if (p.dsinks != nullptr && p.sinks == nullptr) {
+    return invalid("dsinks: given without sinks (it is the gradient of the sink logits)");
+  }
+  // Valid input that no backward runs: after every invalid_argument rule.
+  if (!dtype_has_kernel(p.dtype)) {
+    return unsupported(std::string("dtype: ") + dtype_name(p.dtype) +
+                       " has no backward in this build (the backward runs bf16 and fp16)");
+  }
+  return Status::success();
+}
+
+// Host cu_seqlens are read by the cpu family as given, and a bad array would index outside the
+// tensors, so their contents are checked (batch + 1 values). GPU families cannot read device
+// arrays without a synchronisation and trust them, as the forward does.
+Status check_cu_seqlens_contents(const char* name, const int32_t* cu, int batch, int total,
+                                 int max_len, const char* total_name, const char* max_name) {
+  const std::string n = name;
+  if (cu[0] != 0) return invalid(n + "[0]: must be 0, got " + str(cu[0]));
+  for (int b = 0; b < batch; ++b) {
+    const int64_t len = int64_t{cu[b + 1]} - cu[b];
+    if (len < 0) {
+      return invalid(n + "[" + str(b + 1) + "]: must be >= " + n + "[" + str(b) +
+                     "] (prefix sums never decrease), got " + str(cu[b + 1]) + " < " + str(cu[b]));
+    }
+    if (len > max_len) {
+      return invalid(n + ": sequence " + str(b) + " has " + str(len) + " tokens, more than " +
+                     max_name + " (" + str(max_len) + ")");
+    }
+  }
+  if (cu[batch] != total) {
+    return invalid(std::string(total_name) + ": must equal " + n + "[batch] (" + str(cu[batch]) +
+                   "), got " + str(total));
+  }
+  return Status::success();
+}
+
+Status check_memory(const BackwardParams& p, Kernel kernel, const KernelCaps& caps) {
+  const std::array<TensorArg, 8> tensors = backward_tensors(p);
+  if (Status s = check_tensors(tensors); !s.ok()) return s;
+  if (p.lse == nullptr) {
+    return invalid("lse: must not be null (the forward's LSE is an input of the backward)");
+  }
+  if (reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0) {
+    return invalid("lse: must be 4-byte aligned");
+  }
+  if (Status s = check_sinks_pointer(p.sinks); !s.ok()) return s;
+  if (reinterpret_cast<uintptr_t>(p.dsinks) % alignof(float) != 0) {
+    return invalid("dsinks: must be a 4-byte aligned fp32 array of heads_q values");
+  }
+  // The gradients alias no input and no other gradient: the kernels read q, k, v, o and dout
+  // after they have written parts of dq, dk and dv.
+  const TensorArg& o = tensors[3];
+  const TensorArg outputs[] = {tensors[5], tensors[6], tensors[7], dsinks_arg(p.dsinks, p.heads_q)};
+  const TensorArg inputs[] = {tensors[0],
+                              tensors[1],
+                              tensors[2],
+                              tensors[3],
+                              tensors[4],
+                              lse_arg(p.lse, o.size[0], p.heads_q, o.size[1]),
+                              sinks_arg(p.sinks, p.heads_q)};
+  if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
+
+  // Host or device memory, as the kernel needs, and a device the kernel runs on.
+  const NamedPointer pointers[] = {data_pointer(tensors[0]),
+                                   data_pointer(tensors[1]),
+                                   data_pointer(tensors[2]),
+                                   data_pointer(tensors[3]),
+                                   data_pointer(tensors[4]),
+                                   data_pointer(tensors[5]),
+                                   data_pointer(tensors[6]),
+                                   data_pointer(tensors[7]),
+                                   {"lse", p.lse},
+                                   {"cu_seqlens_q", p.cu_seqlens_q},
+                                   {"cu_seqlens_k", p.cu_seqlens_k},
+                                   {"sinks", p.sinks},
+                                   {"dsinks", p.dsinks}};
+  const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
+                        caps.max_cc_major};
+  if (Status s = check_placement(where, pointers); !s.ok()) return s;
+
+  if (caps.host && p.cu_seqlens_q != nullptr) {
+    if (Status s = check_cu_seqlens_contents("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
+                                             p.seqlen_q, "total_q", "seqlen_q");
+        !s.ok()) {
+      return s;
+    }
+    return check_cu_seqlens_contents("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.total_k, p.seqlen_k,
+                                     "total_k", "seqlen_k");
+  }
+  return Status::success();
+}
+
+Status check_features(const BackwardParams& p, Kernel kernel, const KernelCaps& caps) {
+  const std::string k = kernel_name(kernel);
+  if (p.cu_seqlens_q != nullptr && !caps.varlen) {
+    return unsupported("cu_seqlens_q: kernel " + k + " has no variable-length backward");
+  }
+  if (p.sinks != nullptr && !caps.sinks) {
+    return unsupported("sinks: kernel " + k + " has no backward with attention sinks");
+  }
+  const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  if (dv != p.head_dim && !caps.hdim_v_differs) {
+    return unsupported("head_dim_v: kernel " + k + " needs head_dim_v == head_dim");
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Kernel select_kernel(const BackwardParams& p) {
+  // Host memory runs on the CPU backend; device memory on the fastest GPU family that accepts it.
+  if (p.q.data != nullptr) {
+    const Location q = locate(p.q.data);
+    if (q.host_ok && !q.device_ok) return Kernel::cpu;
+  }
+  for (Kernel k : kBackwardGpuPreference) {
+    if (backward_kernel_caps(k).built && can_implement(p, k).ok()) return k;
+  }
+  return Kernel::automatic;
+}
+
+Status can_implement(const BackwardParams& p, Kernel kernel) {
+  if (Status s = check_shapes(p); !s.ok()) return s;
+  if (kernel == Kernel::automatic) {
+    const Kernel chosen = select_kernel(p);
+    if (chosen == Kernel::automatic) {
+      // Report why the most capable candidate refused.
+      for (Kernel k : kBackwardGpuPreference) {
+        if (backward_kernel_caps(k).built) return can_implement(p, k);
+      }
+      return unsupported("kernel auto: no backward is built");
+    }
+    kernel = chosen;
+  }
+  const KernelCaps caps = backward_kernel_caps(kernel);
+  if (!caps.built) {
+    return unsupported(std::string("kernel ") + kernel_name(kernel) +
+                       ": no backward in this build; backward runs on " + backward_families());
+  }
+  if (Status s = check_features(p, kernel, caps); !s.ok()) return s;
+  return check_memory(p, kernel, caps);
+}
+
+}  // namespace flashattn
