@@ -126,3 +126,18 @@ def sinks(sinks_, q, heads_q):
     _same("sinks.shape[0]", sinks_.shape[0], heads_q, "heads_q")
     if sinks_.device != q.device:
         raise ValueError(f"sinks.device: must be q's device ({q.device}), got {sinks_.device}")
+
+
+
+def backward(q, dout, out, lse, out_shape, lse_shape):
+    """The backward's extra inputs: out and dout shaped as the forward's output, in q's dtype on
+    q's device; lse fp32 shaped as the forward wrote it."""
+    for name, t, shape, what in (("out", out, out_shape, "the forward output's shape"),
+                                 ("dout", dout, out_shape, "out's shape"),
+                                 ("lse", lse, lse_shape, "the forward's LSE shape")):
+        _tensor(name, t, len(shape), f"({what})")
+        _same(f"{name}.shape", tuple(t.shape), tuple(shape), what)
+        _same(f"{name}.device", t.device, q.device, "q.device")
+    _same("out.dtype", out.dtype, q.dtype, "q.dtype")
+    _same("dout.dtype", dout.dtype, q.dtype, "q.dtype")
+    _same("lse.dtype", lse.dtype, torch.float32, "fp32")

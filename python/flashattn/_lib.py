@@ -1,4 +1,5 @@
-"""ctypes binding of the C ABI (include/flashattn/c_api.h) in libflashattn_c.so.
+"""ctypes binding of the C ABI (include/flashattn/c_api.h) in libflashattn_c.so: forward, decode
+and backward.
 
 The library is looked up, in order, at $FLASHATTN_LIBRARY (a path to the .so: how the tests use
 the CMake build's copy without installing) and beside this file (where the wheel puts it).
@@ -120,6 +121,58 @@ assert (ctypes.sizeof(DecodeParams) == 376 and DecodeParams.q.offset == 80
         and DecodeParams.q_stride.offset == 176)
 
 
+class BwdParams(ctypes.Structure):
+    """Mirror of flashattn_c_bwd_params, version 1 (432 bytes, no implicit padding)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("heads_q", ctypes.c_int32),
+        ("heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("total_q", ctypes.c_int32),
+        ("total_k", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("dout", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("dq", ctypes.c_void_p),
+        ("dk", ctypes.c_void_p),
+        ("dv", ctypes.c_void_p),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("sinks", ctypes.c_void_p),
+        ("dsinks", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("q_stride", ctypes.c_int64 * 4),
+        ("k_stride", ctypes.c_int64 * 4),
+        ("v_stride", ctypes.c_int64 * 4),
+        ("o_stride", ctypes.c_int64 * 4),
+        ("dout_stride", ctypes.c_int64 * 4),
+        ("dq_stride", ctypes.c_int64 * 4),
+        ("dk_stride", ctypes.c_int64 * 4),
+        ("dv_stride", ctypes.c_int64 * 4),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(BwdParams), **fields)
+
+
+assert (ctypes.sizeof(BwdParams) == 432 and BwdParams.q.offset == 64
+        and BwdParams.q_stride.offset == 176)
+
+
 class Field(ctypes.Structure):
     """Mirror of flashattn_c_field: one field of a params struct as the library was compiled."""
 
@@ -151,9 +204,13 @@ def mirror_fields(struct):
 def library_fields(struct):
     """(name, type, offset, size) of each field of the C struct `struct` mirrors, as the loaded
     library describes it (flashattn_c_*_params_fields)."""
-    fn = {Params: lib().flashattn_c_fwd_params_fields,
-          DecodeParams: lib().flashattn_c_decode_params_fields}[struct]
-    return _fields_of(fn)
+    return _fields_of(getattr(lib(), _FIELDS_FNS[struct]))
+
+
+# The library's description of each mirrored struct.
+_FIELDS_FNS = {Params: "flashattn_c_fwd_params_fields",
+               DecodeParams: "flashattn_c_decode_params_fields",
+               BwdParams: "flashattn_c_bwd_params_fields"}
 
 
 def _fields_of(fn):
@@ -166,6 +223,7 @@ def _fields_of(fn):
 def _declare(lib):
     P = ctypes.POINTER(Params)
     D = ctypes.POINTER(DecodeParams)
+    B = ctypes.POINTER(BwdParams)
     SizeP = ctypes.POINTER(ctypes.c_size_t)
     sigs = {
         "flashattn_c_forward": (ctypes.c_int, [P, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
@@ -181,8 +239,13 @@ def _declare(lib):
         "flashattn_c_decode_can_implement": (ctypes.c_int,
                                              [D, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_decode_params_size": (ctypes.c_size_t, []),
+        "flashattn_c_backward": (ctypes.c_int, [B, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_backward_can_implement": (ctypes.c_int,
+                                               [B, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_bwd_params_size": (ctypes.c_size_t, []),
         "flashattn_c_fwd_params_fields": (ctypes.POINTER(Field), [SizeP]),
         "flashattn_c_decode_params_fields": (ctypes.POINTER(Field), [SizeP]),
+        "flashattn_c_bwd_params_fields": (ctypes.POINTER(Field), [SizeP]),
         "flashattn_c_version": (ctypes.c_char_p, []),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -217,9 +280,8 @@ def lib():
                 handle = ctypes.CDLL(path)
                 _declare(handle)
                 # The mirrors must be the structs the library was compiled with, field by field.
-                for struct, fields_fn in ((Params, handle.flashattn_c_fwd_params_fields),
-                                          (DecodeParams, handle.flashattn_c_decode_params_fields)):
-                    theirs, ours = _fields_of(fields_fn), mirror_fields(struct)
+                for struct, fields_fn in _FIELDS_FNS.items():
+                    theirs, ours = _fields_of(getattr(handle, fields_fn)), mirror_fields(struct)
                     if theirs != ours:
                         diff = next((t, o) for t, o in zip(theirs + [None], ours + [None])
                                     if t != o)
@@ -309,4 +371,18 @@ def decode_can_implement(params):
     """(code, message) of flashattn_c_decode_can_implement."""
     err = ctypes.create_string_buffer(_ERR_LEN)
     code = lib().flashattn_c_decode_can_implement(ctypes.byref(params), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def backward(params, kernel):
+    """Runs flashattn_c_backward; raises ValueError/UnsupportedError/RuntimeError on refusal."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_backward(ctypes.byref(params), kernel, err, _ERR_LEN)
+    _raise_for(code, err.value.decode(errors="replace"))
+
+
+def backward_can_implement(params, kernel):
+    """(code, message) of flashattn_c_backward_can_implement."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_backward_can_implement(ctypes.byref(params), kernel, err, _ERR_LEN)
     return code, err.value.decode(errors="replace")

@@ -19,16 +19,18 @@ flash_attn_func (any kernel family, return_lse=True) while the next rank's K/V a
 (torch.distributed batched isend/irecv); the partial outputs are merged exactly through their
 LSE in fp32 and rounded to the input dtype once at the end.
 
-The backward pass is not implemented yet: it raises NotImplementedError, as in the rest of the
-package.
+The backward pass is not implemented yet: it raises NotImplementedError (flash_attn_func itself
+is differentiable; the ring's backward must also send dK/dV back around the ring).
 """
 import torch
 import torch.distributed as dist
 
-from . import _checks, ops
+from . import _checks
 from .interface import flash_attn_func
 
 LAYOUTS = ("zigzag", "contiguous")
+BACKWARD_NOT_IMPLEMENTED = ("flashattn.distributed: the ring attention backward is not "
+                            "implemented yet")
 
 
 def _layout(layout):
@@ -191,7 +193,7 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        raise NotImplementedError(ops.BACKWARD_NOT_IMPLEMENTED)
+        raise NotImplementedError(BACKWARD_NOT_IMPLEMENTED)
 
 
 def ring_flash_attn_func(q, k, v, causal=False, softmax_scale=None, group=None, layout="zigzag",

@@ -4,7 +4,14 @@ Errors: a refused argument raises ValueError carrying the library's message, whi
 argument and the rule ("heads_q: must be a multiple of heads_kv (6 is not a multiple of 4)"); a
 valid request that the chosen kernel or this build cannot run raises flashattn.UnsupportedError,
 a subclass of ValueError ("cu_seqlens_q: kernel k2 does not support variable length"); a failed
-CUDA call raises RuntimeError. The backward pass raises NotImplementedError until it exists.
+CUDA call raises RuntimeError. The backward raises the same types.
+
+Gradients: flash_attn_func and flash_attn_varlen_func are differentiable (torch.autograd; under
+torch.compile the backward is traced with the forward). dq, dk, dv and the sinks' gradient are
+returned for the inputs that require them. The backward runs on the forward's family when it has
+one ("cpu", "fa2"), else on "auto" ("cpu" for CPU tensors, the GPU backward for CUDA tensors).
+deterministic=True makes it bitwise reproducible (a fixed accumulation order; slower on the
+GPU). The returned LSE carries no gradient (lse.requires_grad is False).
 """
 import torch
 
@@ -12,7 +19,7 @@ from . import _checks, ops
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    return_lse=False, kernel="auto", *, sinks=None):
+                    return_lse=False, kernel="auto", *, sinks=None, deterministic=False):
     """Attention over (batch, seqlen, heads, head_dim) tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k: (batch, seqlen_k, heads_kv, head_dim);
@@ -26,7 +33,11 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     sinks: learnable attention sinks (gpt-oss), fp32 (heads_q,) on q's device: one logit per
     query head, in the units of the scaled scores, that joins every row's softmax denominator and
     contributes no value (families k6, fa2, cpu). Runs on the current CUDA stream of the tensors'
-    device.
+    device. deterministic: the backward accumulates in a fixed order, so that repeated calls give
+    bitwise identical gradients (the forward always is).
+
+    Differentiable: gradients flow to q, k, v and sinks where they require them (the backward
+    reads this call's out and lse, saved by autograd); the returned lse carries none.
 
     Returns out (batch, seqlen_q, heads_q, head_dim_v), contiguous, in q's dtype; with
     return_lse, (out, lse) where lse is (batch, heads_q, seqlen_q) fp32, natural log (the log of
@@ -36,13 +47,13 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     _checks.dense(q, k, v)
     left, right = _checks.window(window_size)
     out, lse = ops.fwd(q, k, v, 0.0 if softmax_scale is None else float(softmax_scale),
-                       bool(causal), left, right, kernel, sinks)
+                       bool(causal), left, right, kernel, sinks, bool(deterministic))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1),
-                           return_lse=False, kernel="auto", *, sinks=None):
+                           return_lse=False, kernel="auto", *, sinks=None, deterministic=False):
     """Attention over packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k: (total_k, heads_kv, head_dim);
@@ -50,7 +61,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     sums of the sequence lengths on q's device (sequence b is rows cu[b]..cu[b+1]-1; empty
     sequences allowed). max_seqlen_q/max_seqlen_k: the longest sequence (no sequence may be
     longer). Masks apply per sequence. Needs a family with variable-length support (fa2, k3-k6);
-    others raise flashattn.UnsupportedError. sinks: as flash_attn_func.
+    others raise flashattn.UnsupportedError. sinks, deterministic and gradients: as
+    flash_attn_func (the backward needs a variable-length backward family: fa2).
 
     Returns out (total_q, heads_q, head_dim_v); with return_lse, (out, lse), lse (heads_q,
     total_q) fp32.
@@ -60,7 +72,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, lse = ops.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                               int(max_seqlen_k),
                               0.0 if softmax_scale is None else float(softmax_scale),
-                              bool(causal), left, right, kernel, sinks)
+                              bool(causal), left, right, kernel, sinks, bool(deterministic))
     return (out, lse) if return_lse else out
 
 

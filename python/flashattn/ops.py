@@ -1,21 +1,25 @@
-"""The torch.library custom ops: flashattn::fwd, flashattn::varlen_fwd and flashattn::fwd_kvcache.
+"""The torch.library custom ops: flashattn::fwd, flashattn::varlen_fwd and flashattn::fwd_kvcache,
+and the backward ops flashattn::bwd and flashattn::varlen_bwd.
 
 Each op has a real implementation (fill the C struct from the tensors, call the library on the
 tensors' device and current stream), a fake implementation (output shapes, dtypes and strides
-only, so torch.compile traces through without a graph break) and an autograd formula. Both ops
-always return the LSE as well as the output: the kernels write it at no measurable cost, and the
-backward pass will need it.
+only, so torch.compile traces through without a graph break). The forward ops always return the
+LSE as well as the output: the kernels write it at no measurable cost, and the backward reads it.
 
-The backward pass does not exist yet. Autograd calls flashattn::backward_not_implemented, an op
-whose fake implementation returns gradients of the right shapes (so that torch.compile can build
-the joint forward/backward graph of a model that only runs inference) and whose real
-implementation raises NotImplementedError. It is the seam where the real backward op goes.
+Autograd: fwd and varlen_fwd register a formula (torch.library.register_autograd) that saves q,
+k, v, out, lse and sinks and calls the matching backward op, so torch.compile(fullgraph=True)
+traces the forward and the backward into one joint graph. The backward runs on the forward's
+family when that family has a backward (cpu, fa2), else on `auto` (cpu for host tensors, the
+fastest GPU backward for CUDA tensors: a forward on k6 trains with the fa2 backward). The LSE
+output carries no gradient (marked non-differentiable, as flash-attn's is in effect): a loss
+that uses it treats it as a constant, and lse.requires_grad is False to say so.
 """
 import torch
 
 from . import _checks, _lib
 
-BACKWARD_NOT_IMPLEMENTED = "flashattn: the backward pass is not implemented yet"
+# Families with a backward pass (backward.h); any other forward family trains on `auto`.
+BACKWARD_FAMILIES = ("cpu", "fa2")
 
 _INT32_MAX = 2**31 - 1
 
@@ -43,8 +47,20 @@ def _dims(**dims):
     return dims
 
 
-def _run(params, q, kernel):
-    """Resolves `kernel` for q's device and runs on q's device and current stream."""
+def _readable(t):
+    """t when the library reads it as it is (unit last stride; every other stride of a dimension
+    longer than 1 a positive multiple of 16 bytes; 16-byte aligned data), else a contiguous copy.
+    For tensors autograd makes, such as the output gradient of out.sum() (expanded, stride 0)."""
+    vec = max(1, 16 // t.element_size())
+    ok = (t.stride(-1) == 1 or t.shape[-1] <= 1) and t.data_ptr() % 16 == 0 and all(
+        n <= 1 or (s > 0 and s % vec == 0) for n, s in zip(t.shape[:-1], t.stride()[:-1]))
+    return t if ok else t.contiguous()
+
+
+def _run(params, q, kernel, call=None):
+    """Resolves `kernel` for q's device and runs `call` (the library's forward unless given) on
+    q's device and current stream."""
+    call = _lib.forward if call is None else call
     kid = _lib.kernel_id(kernel)
     if q.device.type == "cpu":
         # Host memory runs on the host kernel; a GPU kernel given pinned host memory would run
@@ -54,20 +70,23 @@ def _run(params, q, kernel):
         elif not _lib.kernel_runs_on_host(kernel):
             raise ValueError(f"kernel: '{kernel}' runs on the GPU, but the tensors are on the CPU "
                              "(use kernel='auto' or 'cpu', or move them to CUDA)")
-        _lib.forward(params, kid)
+        call(params, kid)
         return
     with torch.cuda.device(q.device):
         params.stream = torch.cuda.current_stream(q.device).cuda_stream or None
-        _lib.forward(params, kid)
+        call(params, kid)
 
 
 # ---- flashattn::fwd -----------------------------------------------------------------------------
 @torch.library.custom_op(
     "flashattn::fwd", mutates_args=(),
     schema="(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
-           "int window_right, str kernel, Tensor? sinks=None) -> (Tensor, Tensor)")
-def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None):
-    """out (batch, seqlen_q, heads_q, head_dim_v) and lse (batch, heads_q, seqlen_q), fp32."""
+           "int window_right, str kernel, Tensor? sinks=None, bool deterministic=False) "
+           "-> (Tensor, Tensor)")
+def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
+        deterministic=False):
+    """out (batch, seqlen_q, heads_q, head_dim_v) and lse (batch, heads_q, seqlen_q), fp32.
+    `deterministic` is the backward's (the forward is always deterministic)."""
     _checks.dense(q, k, v)  # again, for callers of torch.ops.flashattn.fwd itself
     _checks.sinks(sinks, q, q.shape[2])
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
@@ -96,7 +115,8 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks
 
 
 @fwd.register_fake
-def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None):
+def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
+      deterministic=False):
     batch, seqlen_q, heads_q, _ = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, v.shape[-1]))
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
@@ -108,10 +128,12 @@ def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=N
     "flashattn::varlen_fwd", mutates_args=(),
     schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
            "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
-           "int window_left, int window_right, str kernel, Tensor? sinks=None) -> (Tensor, Tensor)")
+           "int window_left, int window_right, str kernel, Tensor? sinks=None, "
+           "bool deterministic=False) -> (Tensor, Tensor)")
 def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-               causal, window_left, window_right, kernel, sinks=None):
-    """out (total_q, heads_q, head_dim_v) and lse (heads_q, total_q), fp32."""
+               causal, window_left, window_right, kernel, sinks=None, deterministic=False):
+    """out (total_q, heads_q, head_dim_v) and lse (heads_q, total_q), fp32. `deterministic` is
+    the backward's."""
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.sinks(sinks, q, q.shape[1])
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
@@ -141,7 +163,7 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
 
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, kernel, sinks=None):
+      window_left, window_right, kernel, sinks=None, deterministic=False):
     total_q, heads_q, _ = q.shape
     out = q.new_empty((total_q, heads_q, v.shape[-1]))
     lse = q.new_empty((heads_q, total_q), dtype=torch.float32)
@@ -215,34 +237,178 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, so
     return out, lse
 
 
-# ---- autograd -----------------------------------------------------------------------------------
-# The gradients of the outputs are inputs of this op: a placeholder that read only q, k and v
-# would be moved into the forward graph by torch.compile's partitioner (it depends on nothing
-# computed in the backward) and raise during the forward pass.
+# ---- flashattn::bwd -----------------------------------------------------------------------------
+def _backward_outputs(q, k, v, sinks):
+    """dq, dk, dv (q's, k's, v's shapes, contiguous) and dsinks (fp32 (heads_q,), or (0,) when
+    there are no sinks: an op output cannot be None)."""
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    heads_q = q.shape[-2] if sinks is not None else 0
+    return dq, dk, dv, torch.empty((heads_q,), dtype=torch.float32, device=q.device)
+
+
+def _zero(*tensors):
+    # Nothing to compute (no query, or no key): every gradient is 0. With no key each row
+    # outputs 0, so D = rowsum(dout * out) is 0 and so is the sinks' gradient.
+    for t in tensors:
+        t.zero_()
+    return tensors
+
+
 @torch.library.custom_op(
-    "flashattn::backward_not_implemented", mutates_args=(),
-    schema="(Tensor? grad_out, Tensor? grad_lse, Tensor q, Tensor k, Tensor v) "
-           "-> (Tensor, Tensor, Tensor)")
-def backward_not_implemented(grad_out, grad_lse, q, k, v):
-    raise NotImplementedError(BACKWARD_NOT_IMPLEMENTED)
+    "flashattn::bwd", mutates_args=(),
+    schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+           "float softmax_scale, bool causal, int window_left, int window_right, "
+           "bool deterministic, str kernel, Tensor? sinks=None) "
+           "-> (Tensor, Tensor, Tensor, Tensor)")
+def bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic,
+        kernel, sinks=None):
+    """dq, dk, dv (the shapes and dtype of q, k, v; contiguous) and dsinks (fp32 (heads_q,), or
+    (0,) without sinks), given the forward's inputs, its out and lse, and dout = dL/dout. The
+    mask, scale and sinks must be the forward's."""
+    _checks.dense(q, k, v)
+    _checks.sinks(sinks, q, q.shape[2])
+    batch, seqlen_q, heads_q, _ = q.shape
+    _checks.backward(q, dout, out, lse, (batch, seqlen_q, heads_q, v.shape[3]),
+                     (batch, heads_q, seqlen_q))
+    q, k, v, out = (_last_dim_contiguous(t) for t in (q, k, v, out))
+    dout, lse = _readable(dout), lse.contiguous()
+    dq, dk, dv, dsinks = _backward_outputs(q, k, v, sinks)
+    seqlen_k = k.shape[1]
+    if batch == 0 or seqlen_q == 0 or seqlen_k == 0:
+        return _zero(dq, dk, dv, dsinks)
+    dims = _dims(batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_q,
+                 heads_kv=k.shape[2], head_dim=q.shape[3], head_dim_v=v.shape[3])
+    strides = lambda t: (_lib.ctypes.c_int64 * 4)(*_strides(t))  # noqa: E731
+    params = _lib.BwdParams(
+        dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
+        causal=int(causal), window_left=window_left, window_right=window_right,
+        deterministic=int(deterministic),
+        q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), dout=_ptr(dout), lse=_ptr(lse),
+        dq=_ptr(dq), dk=_ptr(dk), dv=_ptr(dv),
+        q_stride=strides(q), k_stride=strides(k), v_stride=strides(v), o_stride=strides(out),
+        dout_stride=strides(dout), dq_stride=strides(dq), dk_stride=strides(dk),
+        dv_stride=strides(dv))
+    if sinks is not None:
+        sinks = sinks.contiguous()
+        params.sinks, params.dsinks = _ptr(sinks), _ptr(dsinks)
+    _run(params, q, kernel, _lib.backward)
+    return dq, dk, dv, dsinks
 
 
-@backward_not_implemented.register_fake
-def _(grad_out, grad_lse, q, k, v):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+@bwd.register_fake
+def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic,
+      kernel, sinks=None):
+    return _backward_outputs(q, k, v, sinks)
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v = inputs[:3]
-    ctx.save_for_backward(q, k, v)
-    ctx.num_inputs = len(inputs)
+# ---- flashattn::varlen_bwd ----------------------------------------------------------------------
+@torch.library.custom_op(
+    "flashattn::varlen_bwd", mutates_args=(),
+    schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+           "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
+           "float softmax_scale, bool causal, int window_left, int window_right, "
+           "bool deterministic, str kernel, Tensor? sinks=None) "
+           "-> (Tensor, Tensor, Tensor, Tensor)")
+def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+               softmax_scale, causal, window_left, window_right, deterministic, kernel,
+               sinks=None):
+    """flashattn::bwd over packed sequences: q, dq (total_q, heads_q, head_dim), k, v, dk, dv
+    (total_k, heads_kv, ...), out, dout (total_q, heads_q, head_dim_v), lse (heads_q, total_q)."""
+    _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.sinks(sinks, q, q.shape[1])
+    total_q, heads_q, _ = q.shape
+    _checks.backward(q, dout, out, lse, (total_q, heads_q, v.shape[2]), (heads_q, total_q))
+    q, k, v, out = (_last_dim_contiguous(t) for t in (q, k, v, out))
+    dout, lse = _readable(dout), lse.contiguous()
+    cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    dq, dk, dv, dsinks = _backward_outputs(q, k, v, sinks)
+    if total_q == 0 or k.shape[0] == 0:
+        return _zero(dq, dk, dv, dsinks)
+    dims = _dims(batch=cu_seqlens_q.numel() - 1, seqlen_q=max_seqlen_q, seqlen_k=max_seqlen_k,
+                 heads_q=heads_q, heads_kv=k.shape[1], head_dim=q.shape[2],
+                 head_dim_v=v.shape[2], total_q=total_q, total_k=k.shape[0])
+
+    def packed(t):  # (total, heads, dim): stride[0] is ignored by the library
+        return (_lib.ctypes.c_int64 * 4)(0, *_strides(t))
+
+    params = _lib.BwdParams(
+        dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
+        causal=int(causal), window_left=window_left, window_right=window_right,
+        deterministic=int(deterministic),
+        q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), dout=_ptr(dout), lse=_ptr(lse),
+        dq=_ptr(dq), dk=_ptr(dk), dv=_ptr(dv),
+        cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
+        q_stride=packed(q), k_stride=packed(k), v_stride=packed(v), o_stride=packed(out),
+        dout_stride=packed(dout), dq_stride=packed(dq), dk_stride=packed(dk),
+        dv_stride=packed(dv))
+    if sinks is not None:
+        sinks = sinks.contiguous()
+        params.sinks, params.dsinks = _ptr(sinks), _ptr(dsinks)
+    _run(params, q, kernel, _lib.backward)
+    return dq, dk, dv, dsinks
 
 
-def _backward(ctx, grad_out, grad_lse):
-    q, k, v = ctx.saved_tensors
-    dq, dk, dv = backward_not_implemented(grad_out, grad_lse, q, k, v)
-    return (dq, dk, dv) + (None,) * (ctx.num_inputs - 3)
+@varlen_bwd.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      softmax_scale, causal, window_left, window_right, deterministic, kernel, sinks=None):
+    return _backward_outputs(q, k, v, sinks)
 
 
-torch.library.register_autograd("flashattn::fwd", _backward, setup_context=_setup_context)
-torch.library.register_autograd("flashattn::varlen_fwd", _backward, setup_context=_setup_context)
+# ---- autograd -----------------------------------------------------------------------------------
+def backward_kernel(kernel):
+    """The family the backward of a forward on `kernel` runs on."""
+    return kernel if kernel in BACKWARD_FAMILIES else "auto"
+
+
+def _gradients(ctx, dq, dk, dv, dsinks):
+    """Gradients for the forward op's inputs (q, k, v, ..., sinks at ctx.sinks_index, ...): None
+    for an input that does not require one. needs_input_grad covers the arguments as the op was
+    called (trailing defaults left out: sinks may be absent)."""
+    needs = ctx.needs_input_grad
+    grads = [None] * len(needs)
+    for i, g in ((0, dq), (1, dk), (2, dv), (ctx.sinks_index, dsinks)):
+        if i < len(needs) and needs[i]:
+            grads[i] = g
+    return tuple(grads)
+
+
+def _save(ctx, q, k, v, out, lse, sinks, sinks_index, *extra):
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, sinks, *extra)
+    ctx.sinks_index = sinks_index
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    q, k, v, scale, causal, left, right, kernel, sinks, deterministic = inputs
+    _save(ctx, q, k, v, *output, sinks, 8)
+    ctx.args = (scale, bool(causal), left, right, bool(deterministic), backward_kernel(kernel))
+
+
+def _fwd_backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, sinks = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    grads = bwd(grad_out, q, k, v, out, lse, *ctx.args, sinks)
+    return _gradients(ctx, *grads)
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right, kernel, sinks,
+     deterministic) = inputs
+    _save(ctx, q, k, v, *output, sinks, 12, cu_q, cu_k)
+    ctx.args = (max_q, max_k, scale, bool(causal), left, right, bool(deterministic),
+                backward_kernel(kernel))
+
+
+def _varlen_backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, sinks, cu_q, cu_k = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    grads = varlen_bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.args, sinks)
+    return _gradients(ctx, *grads)
+
+
+torch.library.register_autograd("flashattn::fwd", _fwd_backward,
+                                setup_context=_fwd_setup_context)
+torch.library.register_autograd("flashattn::varlen_fwd", _varlen_backward,
+                                setup_context=_varlen_setup_context)

@@ -94,3 +94,112 @@ def check(out, lse, q, k, v, scale=None, causal=False, window=(-1, -1)):
             lse_atol = LSE_REL_TOL * (1 + ref_lse[finite].abs().max().item())
             assert lse_err <= lse_atol, f"max|lse-ref| {lse_err:.3g} > {lse_atol:.3g}"
     return err, err_pt, atol
+
+
+# ---- backward ------------------------------------------------------------------------------------
+def _probs(logits, sinks):
+    """Softmax over the visible keys (-inf elsewhere) and the sink column when given: (P over the
+    keys, P of the sink or None). A row that sees nothing gets P = 0 (and no NaN in autograd: its
+    logits are replaced by finite ones before the softmax, and the mask zeroes their gradient)."""
+    b, h, sq, sk = logits.shape
+    if sinks is not None:
+        col = sinks.to(logits.dtype).view(1, h, 1, 1).expand(b, h, sq, 1)
+        logits = torch.cat([logits, col], dim=-1)
+    visible = ~torch.isneginf(logits)
+    seen = visible.any(dim=-1, keepdim=True)
+    p = torch.softmax(torch.where(seen, logits, 0.0), dim=-1)
+    p = torch.where(visible, p, 0.0)
+    return (p[..., :sk], p[..., sk]) if sinks is not None else (p, None)
+
+
+def _logits(qf, kf, scale, causal, window):
+    sq, sk = qf.shape[2], kf.shape[2]
+    mask = visible_mask(sq, sk, causal, window, qf.device)
+    return ((qf @ kf.transpose(-1, -2)) * scale).masked_fill(~mask, float("-inf"))
+
+
+def reference_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None):
+    """Exact gradients: attention in fp64 on the (rounded) inputs, differentiated by autograd.
+    Returns {"dq", "dk", "dv"[, "dsinks"]} fp64 in the inputs' layouts."""
+    scale = q.shape[3] ** -0.5 if scale is None else scale
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    qd, kd, vd = leaves
+    if sinks is not None:
+        leaves.append(sinks.detach().double().requires_grad_())
+    group = q.shape[2] // k.shape[2]
+    qf = qd.transpose(1, 2)
+    kf = kd.repeat_interleave(group, dim=2).transpose(1, 2)
+    vf = vd.repeat_interleave(group, dim=2).transpose(1, 2)
+    p, _ = _probs(_logits(qf, kf, scale, causal, window), leaves[3] if sinks is not None else None)
+    out = (p @ vf).transpose(1, 2)
+    grads = torch.autograd.grad(out, leaves, dout.double())
+    return dict(zip(("dq", "dk", "dv", "dsinks"), grads))
+
+
+def pt_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None, out=None):
+    """The backward as a kernel in the input precision computes it: fp32 math on the rounded
+    inputs; D = rowsum(dO * O) from the output as the forward stored it (`out`, the forward
+    under test's, when given; else computed here with P rounded before P V and O rounded to the
+    dtype); P rounded before dV = P^T dO; dS = P * (dP - D) rounded before dQ = dS K and
+    dK = dS^T Q; dq, dk, dv rounded to the dtype; GQA's dK/dV summed over the group in fp32;
+    dsinks = -sum over rows of P_sink * D. Returns fp32 tensors."""
+    dt = q.dtype
+    scale = q.shape[3] ** -0.5 if scale is None else scale
+    b, sq, hq, _ = q.shape
+    hkv = k.shape[2]
+    group = hq // hkv
+    qf = q.float().transpose(1, 2)
+    kf = k.float().repeat_interleave(group, dim=2).transpose(1, 2)
+    vf = v.float().repeat_interleave(group, dim=2).transpose(1, 2)
+    dof = dout.float().transpose(1, 2)
+    p, p_sink = _probs(_logits(qf, kf, scale, causal, window), sinks)
+    if out is None:
+        o = (p.to(dt).float() @ vf).to(dt).float()
+    else:
+        o = out.float().transpose(1, 2)
+    d = (dof * o).sum(-1, keepdim=True)
+    dv = p.to(dt).float().transpose(-1, -2) @ dof
+    ds = (p * (dof @ vf.transpose(-1, -2) - d)).to(dt).float()
+    dq = scale * (ds @ kf)
+    dk = scale * (ds.transpose(-1, -2) @ qf)
+
+    def kv_heads(t):  # (b, hq, sk, x) -> (b, sk, hkv, x), the group summed
+        return t.view(b, hkv, group, *t.shape[2:]).sum(2).transpose(1, 2)
+
+    grads = {"dq": dq.transpose(1, 2).to(dt).float(), "dk": kv_heads(dk).to(dt).float(),
+             "dv": kv_heads(dv).to(dt).float()}
+    if sinks is not None:
+        grads["dsinks"] = -(p_sink.unsqueeze(-1) * d).sum(dim=(0, 2, 3))
+    return grads
+
+
+def check_grads(got, q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None,
+                out=None):
+    """Asserts FlashAttention's rule max|g - ref| <= 2 max|g_pt - ref| + atol for every gradient
+    in `got` (a dict with some of dq, dk, dv, dsinks), atol twice the dtype's rounding step at
+    the reference values (fp32 dsinks: a relative 1e-4). `out`, the forward's output that the
+    backward read, makes g_pt's D that of the kernel (required for dsinks: a sum over every row
+    of D, which the rounding of O moves more than the rule's atol).
+    Returns {name: (err, err_pt, atol)}."""
+    assert out is not None or "dsinks" not in got, "check_grads: dsinks needs the forward's out"
+    ref = reference_grads(q, k, v, dout, scale, causal, window, sinks)
+    pt = pt_grads(q, k, v, dout, scale, causal, window, sinks, out)
+    errors = {}
+    for name, g in got.items():
+        r = ref[name]
+        assert g.shape == r.shape, (name, g.shape, r.shape)
+        g = g.double()
+        assert torch.isfinite(g).all(), f"{name} has NaN/inf"
+        if g.numel() == 0:
+            continue
+        err = (g - r).abs().max().item()
+        err_pt = (pt[name].double() - r).abs().max().item()
+        if name == "dsinks":  # fp32
+            atol = 1e-4 * (1 + r.abs().max().item())
+        else:
+            assert got[name].dtype == q.dtype, (name, got[name].dtype)
+            atol = 2 * rounding_floor(r.float(), q.dtype)
+        assert err <= 2 * err_pt + atol, (
+            f"{name}: max|g-ref| {err:.3g} > 2*max|g_pt-ref| {2 * err_pt:.3g} + atol {atol:.3g}")
+        errors[name] = (err, err_pt, atol)
+    return errors

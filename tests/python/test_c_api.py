@@ -1,5 +1,6 @@
-"""The C ABI as the package sees it: the struct mirror, names, versions, and the rules of the
-boundary (struct_size, reserved, unknown ids, messages truncated into the caller's buffer)."""
+"""The C ABI as the package sees it: the struct mirrors (forward, decode, backward), names,
+versions, and the rules of the boundary (struct_size, reserved, unknown ids, messages truncated
+into the caller's buffer)."""
 import ctypes
 
 import pytest
@@ -11,12 +12,15 @@ from flashattn import _lib
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
     assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 264
+    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 376
+    assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 432
     assert flashattn.library_version() == flashattn.__version__
 
 
 @pytest.mark.parametrize("struct, fields_fn", [
     (_lib.Params, "flashattn_c_fwd_params_fields"),
     (_lib.DecodeParams, "flashattn_c_decode_params_fields"),
+    (_lib.BwdParams, "flashattn_c_bwd_params_fields"),
 ])
 def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
     """_lib.py's _fields_ against the library's own description of the struct (built with
@@ -123,3 +127,41 @@ def test_forward_errors_map_to_python_exceptions():
         _lib._raise_for(_lib.CUDA_ERROR, "boom")
     with pytest.raises(RuntimeError, match="internal error"):
         _lib._raise_for(_lib.INTERNAL_ERROR, "internal error: bad_alloc")
+
+
+def _host_bwd_params():
+    """flashattn_c_bwd_params over small host tensors (kept alive in the returned list)."""
+    import torch
+
+    q = torch.randn(1, 16, 2, 64).bfloat16()
+    keep = [q, torch.zeros_like(q), torch.zeros(1, 2, 16)] + [torch.empty_like(q) for _ in range(3)]
+    o, lse, dq, dk, dv = keep[1:]
+    s = (ctypes.c_int64 * 4)(*q.stride())
+    p = _lib.BwdParams(dtype=_lib.BF16, batch=1, seqlen_q=16, seqlen_k=16, heads_q=2, heads_kv=2,
+                       head_dim=64, window_left=-1, window_right=-1, q=q.data_ptr(),
+                       k=q.data_ptr(), v=q.data_ptr(), o=o.data_ptr(), dout=q.data_ptr(),
+                       lse=lse.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
+                       q_stride=s, k_stride=s, v_stride=s, o_stride=s, dout_stride=s,
+                       dq_stride=s, dk_stride=s, dv_stride=s)
+    return p, keep
+
+
+def test_backward_abi_rules_map_to_python_exceptions():
+    p = _lib.BwdParams(dtype=_lib.BF16)
+    p.struct_size = 64
+    code, msg = _lib.backward_can_implement(p, 0)
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith("struct_size: must be at least 432")
+    assert _lib.backward_can_implement(_lib.BwdParams(dtype=_lib.BF16), 42) == (
+        _lib.INVALID_ARGUMENT, "kernel: unknown kernel id 42")
+    with pytest.raises(ValueError, match="batch: must be positive"):
+        _lib.backward(_lib.BwdParams(dtype=_lib.BF16), _lib.kernel_id("cpu"))
+    assert _lib.lib().flashattn_c_backward(None, 0, None, 0) == _lib.INVALID_ARGUMENT
+
+    p, keep = _host_bwd_params()
+    assert _lib.backward_can_implement(p, _lib.kernel_id("cpu")) == (_lib.OK, "")
+    # A family without a backward: UnsupportedError (a ValueError) naming the ones that have one.
+    with pytest.raises(flashattn.UnsupportedError, match="kernel k2: no backward .* fa2 or cpu"):
+        _lib.backward(p, _lib.kernel_id("k2"))
+    p.dq = keep[0].data_ptr()  # dq aliasing q
+    with pytest.raises(ValueError, match="dq: overlaps input q"):
+        _lib.backward(p, _lib.kernel_id("cpu"))

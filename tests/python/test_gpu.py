@@ -176,13 +176,6 @@ def test_compile_inductor_fullgraph():
     assert explained.graph_break_count == 0
 
 
-def test_backward_raises_on_cuda():
-    q, k, v = qkv(1, 64, 64, 2, 2, 64)
-    q.requires_grad_()
-    with pytest.raises(NotImplementedError, match="backward pass is not implemented"):
-        flash_attn_func(q, k, v).float().sum().backward()
-
-
 # ---- variable length -----------------------------------------------------------------------------
 def test_varlen_refused_without_a_varlen_family():
     if HAVE_VARLEN:

@@ -1,12 +1,11 @@
 """The custom ops in PyTorch's machinery: opcheck, fake implementations, torch.compile with
-fullgraph=True (no graph break), and autograd's clear refusal until the backward pass exists."""
+fullgraph=True (no graph break), and autograd through them (test_backward.py checks the values)."""
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
 from flashattn import flash_attn_func, flash_attn_varlen_func
-from flashattn.ops import BACKWARD_NOT_IMPLEMENTED
 
 
 def qkv(b=2, sq=48, sk=80, hq=4, hkv=2, d=64, dv=None):
@@ -30,11 +29,9 @@ def assert_same(got, want):
 def test_opcheck_fwd():
     q, k, v = qkv()
     torch.library.opcheck(torch.ops.flashattn.fwd.default, (q, k, v, 0.0, True, 5, -1, "auto"))
-    # With a grad-requiring input, everything but the AOT backward (which must raise).
+    # With a grad-requiring input: every test, the AOT-compiled backward included.
     torch.library.opcheck(torch.ops.flashattn.fwd.default,
-                          (q.clone().requires_grad_(), k, v, 0.0, False, -1, -1, "cpu"),
-                          test_utils=("test_schema", "test_autograd_registration",
-                                      "test_faketensor"))
+                          (q.clone().requires_grad_(), k, v, 0.0, False, -1, -1, "cpu"))
 
 
 def test_fake_matches_real_metadata():
@@ -89,29 +86,30 @@ def test_compile_varlen_traces_then_refuses_at_run_time():
         torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
 
 
-def test_backward_raises_not_implemented():
+def test_backward_through_out_and_lse():
     q, k, v = qkv()
     q.requires_grad_()
     out = flash_attn_func(q, k, v)
     assert out.requires_grad
-    with pytest.raises(NotImplementedError, match=BACKWARD_NOT_IMPLEMENTED):
-        out.float().sum().backward()
-    assert BACKWARD_NOT_IMPLEMENTED == "flashattn: the backward pass is not implemented yet"
-    # Only the LSE used: the same refusal.
+    out.float().sum().backward()
+    assert q.grad.shape == q.shape and torch.isfinite(q.grad.float()).all()
+    assert q.grad.abs().max() > 0
+    # The LSE is not differentiable: a loss of it alone has nothing to differentiate.
     _, lse = flash_attn_func(q, k, v, return_lse=True)
-    with pytest.raises(NotImplementedError, match=BACKWARD_NOT_IMPLEMENTED):
+    assert not lse.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
         lse.sum().backward()
 
 
-def test_compiled_forward_runs_and_backward_raises():
-    # A model that needs gradients compiles and runs forward; the refusal waits for backward.
+def test_compiled_forward_and_backward_match_eager():
     torch._dynamo.reset()
     q, k, v = qkv()
     q.requires_grad_()
     out = torch.compile(model, fullgraph=True, backend="aot_eager")(q, k, v)
     assert_same([t.detach() for t in out], model(q.detach(), k, v))
-    with pytest.raises(NotImplementedError, match=BACKWARD_NOT_IMPLEMENTED):
-        out[2].sum().backward()
+    (got,) = torch.autograd.grad(out[2].sum(), q)
+    (want,) = torch.autograd.grad(model(q, k, v)[2].sum(), q)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_no_grad_inference_needs_no_backward():
