@@ -193,6 +193,19 @@ const std::vector<Flag>& flags() {
        }},
       {"--device", "N", "CUDA device ordinal [0]",
        int_field("--device", &Options::device, 0, 1023)},
+      {"--bwd", nullptr,
+       "time flashattn::backward (the forward runs once for o and lse; dout\n"
+       "                         from the seed); TFLOP/s with 2.5x the forward's FLOPs",
+       [](Options& o, std::string_view) -> std::string {
+         o.bwd = true;
+         return {};
+       }},
+      {"--deterministic", nullptr,
+       "with --bwd: BackwardParams::deterministic (bitwise reproducible gradients)",
+       [](Options& o, std::string_view) -> std::string {
+         o.deterministic = true;
+         return {};
+       }},
       {"--decode", "Q",
        "time flashattn::decode: Q query tokens (1..16) against a KV cache of\n"
        "                         --seqlen-k tokens per entry; GB/s of K+V read vs a D2D copy",
@@ -238,7 +251,8 @@ void print_usage(std::FILE* out) {
   std::fprintf(
       out,
       "usage: flashattn-bench [flags]\n"
-      "Times flashattn::forward on one workload, or on the standard grid, per kernel.\n\n");
+      "Times flashattn::forward (flashattn::backward with --bwd) on one workload, or on the\n"
+      "standard grid, per kernel.\n\n");
   for (const Flag& f : flags()) {
     std::string head = std::string(f.name) + (f.metavar ? std::string(" ") + f.metavar : "");
     std::fprintf(out, "  %-22s %s\n", head.c_str(), f.help);
@@ -293,6 +307,14 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   }
   const bool debug_set = !opts.debug.conditional_rescale || !opts.debug.persistent ||
                          !opts.timeline_out.empty();
+  if (opts.deterministic && !opts.bwd) {
+    error = "--deterministic: only with --bwd (the forward is deterministic already)";
+    return ParseOutcome::error;
+  }
+  if (opts.bwd && (opts.decode_q > 0 || opts.sweep_decode)) {
+    error = "--bwd: decode (--decode, --sweep decode) has no backward";
+    return ParseOutcome::error;
+  }
   if (debug_set && (opts.decode_q > 0 || opts.sweep_decode)) {
     error = "--fa4, --no-persistent and --timeline-out switch the forward kernels; decode "
             "(--decode, --sweep decode) has none of them";

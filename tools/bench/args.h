@@ -42,6 +42,9 @@ struct Options {
   int page_size = 0;   // decode: 0 contiguous cache, else paged with this page size
   int num_splits = 0;  // decode: 0 lets the heuristic choose
   bool sweep_decode = false;
+  // Backward mode (--bwd): the forward runs once for o and lse, then backward() is timed.
+  bool bwd = false;
+  bool deterministic = false;  // --deterministic: BackwardParams::deterministic
   // Ablation switches of the forward kernels (--fa4, --no-persistent); the defaults are the
   // measured best. debug.timeline_out is left null here: main() points it at timeline_out.
   DebugOptions debug;

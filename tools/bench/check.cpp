@@ -1,4 +1,5 @@
-// --check: one poisoned run on input set 0, compared with the fp64 reference on the host.
+// --check: one poisoned run on input set 0, compared with the fp64 reference on the host (the
+// output, or in backward mode the gradients).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -13,6 +14,9 @@ namespace {
 // is checked instead.
 constexpr double kFullCheckMacs = 2e9;
 constexpr int kSampledRows = 512;
+// Backward: the reference gradients of a (batch, KV head) unit need every row and key of it, so
+// a large shape checks whole units: the first and the last, and seeded others up to this many.
+constexpr int kSampledUnits = 3;
 
 Status to_host(std::vector<std::byte>& dst, const Block& src) {
   dst.resize(src.bytes());
@@ -61,6 +65,71 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
   out.rows = out.sampled ? static_cast<int64_t>(rows.size())
                          : static_cast<int64_t>(w.batch) * w.heads * w.seqlen_q;
   out.result = reference::check(host, rows);
+  return Status::success();
+}
+
+Status check_backward_workload(Workspace& ws, Kernel kernel, const RunContext& ctx,
+                               CheckSummary& out) {
+  const bool on_device = ws.memory() == Memory::device;
+  const cudaStream_t stream = on_device ? ctx.stream : nullptr;
+  if (Status st = ws.poison_outputs(stream); !st.ok()) return st;
+  const BackwardParams run_params = ws.backward_params(0, stream);
+  if (Status st = backward(run_params, kernel); !st.ok()) return st;
+
+  BackwardParams host = run_params;
+  host.stream = nullptr;
+  std::vector<std::byte> q, k, v, dout, dq, dk, dv, sinks, dsinks;
+  if (on_device) {
+    if (Status st = cuda_status(cudaStreamSynchronize(stream), "kernel run"); !st.ok()) return st;
+    const InputSet& s = ws.set(0);
+    for (auto [dst, src] : {std::pair{&q, &s.q},
+                            {&k, &s.k},
+                            {&v, &s.v},
+                            {&dout, &s.dout},
+                            {&dq, &ws.dq()},
+                            {&dk, &ws.dk()},
+                            {&dv, &ws.dv()}}) {
+      if (Status st = to_host(*dst, *src); !st.ok()) return st;
+    }
+    host.q.data = q.data();
+    host.k.data = k.data();
+    host.v.data = v.data();
+    host.dout.data = dout.data();
+    host.o.data = nullptr;  // the reference recomputes the forward; o and lse are not read
+    host.lse = nullptr;
+    host.dq.data = dq.data();
+    host.dk.data = dk.data();
+    host.dv.data = dv.data();
+    if (ws.workload().sinks) {
+      if (Status st = to_host(sinks, ws.sinks()); !st.ok()) return st;
+      if (Status st = to_host(dsinks, ws.dsinks()); !st.ok()) return st;
+      host.sinks = reinterpret_cast<const float*>(sinks.data());
+      host.dsinks = reinterpret_cast<float*>(dsinks.data());
+    }
+  }
+
+  const Workload& w = ws.workload();
+  const double macs =
+      static_cast<double>(w.batch) * w.heads * w.seqlen_q * w.seqlen_k * std::max(w.hdim, w.hdim_v);
+  std::vector<reference::KvHeadId> units;
+  if (macs > kFullCheckMacs) units = reference::sample_kv_heads(host, kSampledUnits, ctx.seed);
+  out.ran = true;
+  out.sampled = !units.empty();
+  out.rows =
+      out.sampled ? static_cast<int64_t>(units.size()) : static_cast<int64_t>(w.batch) * w.kv_heads;
+  const reference::BackwardCheckResult g = reference::check_backward(host, units);
+  out.grad = g;
+  // The summary the table and JSON show for every mode: the largest error of the three.
+  out.result = {};
+  out.result.ok = g.ok;
+  out.result.detail = g.detail;
+  for (const reference::GradientCheck* c : {&g.dq, &g.dk, &g.dv}) {
+    out.result.max_err = std::max(out.result.max_err, c->max_err);
+    out.result.max_err_pt = std::max(out.result.max_err_pt, c->max_err_pt);
+    out.result.atol = std::max(out.result.atol, c->atol);
+    out.result.checked += c->checked;
+    out.result.not_finite += c->not_finite;
+  }
   return Status::success();
 }
 

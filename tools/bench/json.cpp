@@ -67,7 +67,22 @@ std::string record_json(const Record& r) {
   s += ", \"flop_convention\": " + escape(r.flops.convention);
   s += ", \"max_err\": " + (checked ? number(r.check.result.max_err) : "null");
   s += ", \"max_err_pt\": " + (checked ? number(r.check.result.max_err_pt) : "null");
-  if (checked) {
+  if (w.bwd) {
+    s += ", \"mode\": \"bwd\"";
+    s += ", \"deterministic\": " + boolean(w.deterministic);
+  }
+  if (r.check.grad) {
+    const reference::BackwardCheckResult& g = *r.check.grad;
+    for (auto [name, c] :
+         {std::pair{"dq", &g.dq}, {"dk", &g.dk}, {"dv", &g.dv}, {"dsinks", &g.dsinks}}) {
+      if (c->checked == 0) continue;
+      s += std::string(", \"") + name + "_max_err\": " + number(c->max_err);
+      s += std::string(", \"") + name + "_max_err_pt\": " + number(c->max_err_pt);
+      s += std::string(", \"") + name + "_atol\": " + number(c->atol);
+    }
+    s += ", \"check_units\": " + std::to_string(r.check.rows);
+    s += ", \"check_sampled\": " + boolean(r.check.sampled);
+  } else if (checked) {
     s += ", \"atol\": " + number(r.check.result.atol);
     s += ", \"lse_max_err\": " + number(r.check.result.lse_max_err);
     s += ", \"check_rows\": " + std::to_string(r.check.rows);

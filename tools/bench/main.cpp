@@ -1,5 +1,6 @@
-// flashattn-bench: times flashattn::forward per kernel on one workload or the standard grid, and
-// optionally checks each result against the fp64 reference. See --help.
+// flashattn-bench: times flashattn::forward (or, with --bwd, flashattn::backward) per kernel on one
+// workload or the standard grid, and optionally checks each result against the fp64 reference.
+// See --help.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -122,6 +123,10 @@ int run_main(int argc, char** argv) {
   }
   if (needs_device && device_count == 0) {
     std::printf("# no CUDA device: GPU kernels are recorded as errors; use --kernel cpu\n");
+  }
+  if (opts.bwd) {
+    std::printf("# mode: backward%s (forward once for o and lse; FLOPs 2.5x the forward's)\n",
+                opts.deterministic ? ", deterministic" : "");
   }
   print_table_header(stdout);
 

@@ -30,19 +30,28 @@ class EventPool {
   std::vector<cudaEvent_t> events_;
 };
 
+// The call being timed: forward() or backward().
+Status call(const ForwardParams& p, Kernel kernel) {
+  return forward(p, kernel);
+}
+Status call(const BackwardParams& p, Kernel kernel) {
+  return backward(p, kernel);
+}
+
 // Enqueues n runs back to back, each between its own pair of events, then waits once: the GPU
 // never idles between runs, so host launch latency stays outside the measured intervals.
-Status time_on_device(const std::vector<ForwardParams>& params, Kernel kernel, int& next_set,
+template <class P>
+Status time_on_device(const std::vector<P>& params, Kernel kernel, int& next_set,
                       EventPool& events, cudaStream_t stream, int n, std::vector<double>& ms) {
   if (Status st = events.reserve(2 * static_cast<size_t>(n)); !st.ok()) return st;
   for (int i = 0; i < n; ++i) {
-    const ForwardParams& p = params[static_cast<size_t>(next_set)];
+    const P& p = params[static_cast<size_t>(next_set)];
     next_set = (next_set + 1) % static_cast<int>(params.size());
     if (Status st = cuda_status(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
         !st.ok()) {
       return st;
     }
-    if (Status st = forward(p, kernel); !st.ok()) {
+    if (Status st = call(p, kernel); !st.ok()) {
       cudaStreamSynchronize(stream);
       return st;
     }
@@ -66,14 +75,15 @@ Status time_on_device(const std::vector<ForwardParams>& params, Kernel kernel, i
   return Status::success();
 }
 
-Status time_on_host(const std::vector<ForwardParams>& params, Kernel kernel, int& next_set, int n,
+template <class P>
+Status time_on_host(const std::vector<P>& params, Kernel kernel, int& next_set, int n,
                     std::vector<double>& ms) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < n; ++i) {
-    const ForwardParams& p = params[static_cast<size_t>(next_set)];
+    const P& p = params[static_cast<size_t>(next_set)];
     next_set = (next_set + 1) % static_cast<int>(params.size());
     const Clock::time_point start = Clock::now();
-    if (Status st = forward(p, kernel); !st.ok()) return st;
+    if (Status st = call(p, kernel); !st.ok()) return st;
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
   return Status::success();
@@ -83,21 +93,13 @@ std::string describe_status(const Status& st) {
   return std::string(status_code_name(st.code)) + ": " + st.message;
 }
 
-void run(const Workload& w, const RunContext& ctx, Record& rec) {
-  const Memory memory = memory_for(w.kernel, ctx.device_count);
-  if (memory == Memory::device && ctx.device_count == 0) {
-    rec.error = "unsupported: no CUDA device available";
-    return;
-  }
+// Validates, fills the inputs (and in backward mode runs the forward once), times the call on
+// `params` (one per input set) and checks it if asked. P: ForwardParams or BackwardParams.
+template <class P>
+void run_timed(const Workload& w, const RunContext& ctx, Workspace& ws, const std::vector<P>& params,
+               Record& rec) {
+  const Memory memory = ws.memory();
   const cudaStream_t stream = memory == Memory::device ? ctx.stream : nullptr;
-  Workspace ws;
-  if (Status st = ws.allocate(w, memory); !st.ok()) {
-    rec.error = describe_status(st);
-    return;
-  }
-  std::vector<ForwardParams> params;
-  for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.params(s, stream, ctx.debug));
-
   if (w.kernel == Kernel::automatic) {
     const Kernel chosen = select_kernel(params[0]);
     if (chosen != Kernel::automatic) rec.kernel = kernel_name(chosen);
@@ -110,6 +112,12 @@ void run(const Workload& w, const RunContext& ctx, Record& rec) {
   if (Status st = ws.fill_inputs(ctx.seed, stream); !st.ok()) {
     rec.error = describe_status(st);
     return;
+  }
+  if (w.bwd) {
+    if (Status st = ws.prepare_backward(stream, ctx.debug); !st.ok()) {
+      rec.error = describe_status(st);
+      return;
+    }
   }
 
   TimingPolicy policy;
@@ -131,7 +139,9 @@ void run(const Workload& w, const RunContext& ctx, Record& rec) {
       rec.timing.median_ms > 0 ? rec.flops.flops / (rec.timing.median_ms * 1e-3) / 1e12 : 0;
 
   if (ctx.check) {
-    if (Status st = check_workload(ws, w.kernel, ctx, rec.check); !st.ok()) {
+    const Status st = w.bwd ? check_backward_workload(ws, w.kernel, ctx, rec.check)
+                            : check_workload(ws, w.kernel, ctx, rec.check);
+    if (!st.ok()) {
       rec.error = describe_status(st);
       return;
     }
@@ -142,6 +152,29 @@ void run(const Workload& w, const RunContext& ctx, Record& rec) {
   }
   rec.ok = true;
   rec.run_failed = false;
+}
+
+void run(const Workload& w, const RunContext& ctx, Record& rec) {
+  const Memory memory = memory_for(w.kernel, ctx.device_count);
+  if (memory == Memory::device && ctx.device_count == 0) {
+    rec.error = "unsupported: no CUDA device available";
+    return;
+  }
+  const cudaStream_t stream = memory == Memory::device ? ctx.stream : nullptr;
+  Workspace ws;
+  if (Status st = ws.allocate(w, memory); !st.ok()) {
+    rec.error = describe_status(st);
+    return;
+  }
+  if (w.bwd) {
+    std::vector<BackwardParams> params;
+    for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.backward_params(s, stream));
+    run_timed(w, ctx, ws, params, rec);
+  } else {
+    std::vector<ForwardParams> params;
+    for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.params(s, stream, ctx.debug));
+    run_timed(w, ctx, ws, params, rec);
+  }
 }
 
 }  // namespace
@@ -157,7 +190,7 @@ Record run_workload(const Workload& w, const RunContext& ctx) {
   rec.w = w;
   rec.kernel = kernel_name(w.kernel);
   rec.automatic = w.kernel == Kernel::automatic;
-  rec.flops = forward_flops(w);
+  rec.flops = workload_flops(w);
   rec.iters_requested = ctx.iters;
   if (ctx.max_seqlen > 0 && (w.seqlen_q > ctx.max_seqlen || w.seqlen_k > ctx.max_seqlen)) {
     rec.skipped = true;

@@ -16,9 +16,10 @@ namespace flashattn::bench {
 
 struct CheckSummary {
   bool ran = false;
-  bool sampled = false;  // a sample of rows instead of every row (large shapes)
-  int64_t rows = 0;      // rows checked
-  reference::CheckResult result;
+  bool sampled = false;  // a sample of rows (units, backward) instead of all (large shapes)
+  int64_t rows = 0;      // rows checked; backward: (batch, KV head) units
+  reference::CheckResult result;  // backward: ok, detail and the largest of dq/dk/dv's errors
+  std::optional<reference::BackwardCheckResult> grad;  // backward mode: per gradient
 };
 
 // Decode records (--decode) add the cache layout and the bandwidth figures.
@@ -67,5 +68,8 @@ Record run_workload(const Workload& w, const RunContext& ctx);
 
 // Poisons the outputs, runs `kernel` once on input set 0 and checks against the reference.
 Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, CheckSummary& out);
+// The same for the backward: the gradients against the fp64 reference gradients.
+Status check_backward_workload(Workspace& ws, Kernel kernel, const RunContext& ctx,
+                               CheckSummary& out);
 
 }  // namespace flashattn::bench

@@ -63,7 +63,19 @@ void print_table_row(std::FILE* out, const Record& r) {
     std::fprintf(out, "    iters: %d of %d (one run takes %.0f ms; capped at ~10 s per config)\n",
                  r.timing.iters, r.iters_requested, r.timing.median_ms);
   }
-  if (r.check.ran) {
+  if (r.check.grad) {
+    const reference::BackwardCheckResult& g = *r.check.grad;
+    std::fprintf(out, "    check:");
+    for (auto [name, c] :
+         {std::pair{"dq", &g.dq}, {"dk", &g.dk}, {"dv", &g.dv}, {"dsinks", &g.dsinks}}) {
+      if (c->checked == 0) continue;
+      std::fprintf(out, " %s %.3e (pt %.3e, atol %.3e)%s", name, c->max_err, c->max_err_pt, c->atol,
+                   c->not_finite > 0 ? " NOT FINITE" : "");
+    }
+    std::fprintf(out, " | %lld %s (batch, kv head) units | %s\n",
+                 static_cast<long long>(r.check.rows), r.check.sampled ? "sampled" : "(all)",
+                 g.ok ? "PASS" : "FAIL");
+  } else if (r.check.ran) {
     const reference::CheckResult& c = r.check.result;
     std::fprintf(out,
                  "    check: max_err %.3e max_err_pt %.3e atol %.3e | lse_err %.3e (pt %.3e, "

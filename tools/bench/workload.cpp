@@ -31,6 +31,8 @@ std::vector<Workload> make_workloads(const Options& opts) {
       w.window_left = opts.window_left;
       w.window_right = opts.window_right;
       w.sinks = opts.sinks;
+      w.bwd = opts.bwd;
+      w.deterministic = opts.deterministic;
       out.push_back(w);
       continue;
     }
@@ -46,6 +48,8 @@ std::vector<Workload> make_workloads(const Options& opts) {
           w.hdim = w.hdim_v = hdim;
           w.causal = causal;
           w.sinks = opts.sinks;
+          w.bwd = opts.bwd;
+          w.deterministic = opts.deterministic;
           out.push_back(w);
         }
       }
@@ -83,11 +87,18 @@ FlopCount forward_flops(const Workload& w) {
   return {per_pair * static_cast<double>(pairs), "exact"};
 }
 
+FlopCount workload_flops(const Workload& w) {
+  FlopCount f = forward_flops(w);
+  if (w.bwd) f.flops *= 2.5;
+  return f;
+}
+
 const char* flop_convention_help() {
   return "  2*b*h*pairs*(hdim + hdim_v), pairs = the visible (query, key) pairs:\n"
          "  sq*sk without a mask; sq*sk/2 for causal with sq == sk and no left window (the\n"
          "  FlashAttention convention the peers use); otherwise the exact count of the\n"
-         "  bottom-right aligned mask (row i sees keys [i+sk-sq-L, i+sk-sq+R]).\n";
+         "  bottom-right aligned mask (row i sees keys [i+sk-sq-L, i+sk-sq+R]).\n"
+         "  --bwd: 2.5x that (FlashAttention's convention for the backward's five GEMMs).\n";
 }
 
 std::string describe(const Workload& w) {
@@ -97,6 +108,7 @@ std::string describe(const Workload& w) {
   if (w.hdim_v != w.hdim) s.append("/").append(std::to_string(w.hdim_v));
   s.append(" s").append(std::to_string(w.seqlen_q));
   if (w.seqlen_k != w.seqlen_q) s.append("x").append(std::to_string(w.seqlen_k));
+  if (w.bwd) s.append(w.deterministic ? " bwd(det)" : " bwd");
   if (w.causal) s.append(" causal");
   if (w.sinks) s.append(" sinks");
   if (w.window_left >= 0 || w.window_right >= 0) {

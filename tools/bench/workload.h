@@ -19,6 +19,8 @@ struct Workload {
   bool causal = false;
   int window_left = -1, window_right = -1;  // as given; causal is applied on top
   bool sinks = false;  // attention sinks: one logit per query head (Workspace draws them)
+  bool bwd = false;    // time backward() (the forward runs once for o and lse)
+  bool deterministic = false;  // backward: BackwardParams::deterministic
 };
 
 // The single shape of the flags, or the standard grid, for each requested kernel (kernel outermost
@@ -34,6 +36,9 @@ struct FlopCount {
   const char* convention = "";  // "dense", "causal/2", "exact"
 };
 FlopCount forward_flops(const Workload& w);
+// What the TFLOP/s column divides by: the forward's count, times 2.5 for the backward (five GEMMs
+// against the forward's two, FlashAttention's convention, masked the same way).
+FlopCount workload_flops(const Workload& w);
 const char* flop_convention_help();
 
 // "k2 hd128 s2048 causal", for progress lines.

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -92,8 +93,19 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
     if (Status st = sinks_.allocate(memory, static_cast<size_t>(w.heads) * sizeof(float)); !st.ok())
       return st;
   }
+  if (w.bwd) {
+    for (auto [block, bytes] : {std::pair{&dq_, sizes_.q}, {&dk_, sizes_.k}, {&dv_, sizes_.v}}) {
+      if (Status st = block->allocate(memory, bytes); !st.ok()) return st;
+    }
+    if (w.sinks) {
+      if (Status st = dsinks_.allocate(memory, static_cast<size_t>(w.heads) * sizeof(float));
+          !st.ok())
+        return st;
+    }
+  }
 
-  const size_t set_bytes = std::max<size_t>(sizes_.q + sizes_.k + sizes_.v, 1);
+  const size_t bwd_bytes = w.bwd ? 2 * sizes_.o + sizes_.lse : 0;  // dout, o, lse per set
+  const size_t set_bytes = std::max<size_t>(sizes_.q + sizes_.k + sizes_.v + bwd_bytes, 1);
   size_t want = std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 1, kMaxInputSets);
   if (memory == Memory::device) {
     // Leave half of what is free to the kernel's own workspace (K1 materialises S).
@@ -107,6 +119,9 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
     Status st = s.q.allocate(memory, sizes_.q);
     if (st.ok()) st = s.k.allocate(memory, sizes_.k);
     if (st.ok()) st = s.v.allocate(memory, sizes_.v);
+    if (st.ok() && w.bwd) st = s.dout.allocate(memory, sizes_.o);
+    if (st.ok() && w.bwd) st = s.o.allocate(memory, sizes_.o);
+    if (st.ok() && w.bwd) st = s.lse.allocate(memory, sizes_.lse);
     if (!st.ok()) {
       if (sets_.empty()) return st;
       break;  // fewer sets than planned still measure something; one set is the floor
@@ -154,8 +169,9 @@ Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
     }
   }
   const int64_t es = dtype_size(w_.dtype);
-  Block* first[3] = {&sets_[0].q, &sets_[0].k, &sets_[0].v};
-  for (int t = 0; t < 3; ++t) {
+  Block* first[4] = {&sets_[0].q, &sets_[0].k, &sets_[0].v, &sets_[0].dout};
+  const int tensors = w_.bwd ? 4 : 3;
+  for (int t = 0; t < tensors; ++t) {
     Block& dst = *first[t];
     const auto n = static_cast<int64_t>(dst.bytes()) / es;
     if (memory_ == Memory::host) {
@@ -174,9 +190,9 @@ Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
   }
   for (size_t i = 1; i < sets_.size(); ++i) {
     InputSet& s = sets_[i];
-    const std::pair<Block*, Block*> pairs[3] = {
-        {&s.q, &sets_[0].q}, {&s.k, &sets_[0].k}, {&s.v, &sets_[0].v}};
-    for (const auto& [dst, src] : pairs) {
+    const std::pair<Block*, Block*> pairs[4] = {
+        {&s.q, &sets_[0].q}, {&s.k, &sets_[0].k}, {&s.v, &sets_[0].v}, {&s.dout, &sets_[0].dout}};
+    for (const auto& [dst, src] : std::span(pairs).first(static_cast<size_t>(tensors))) {
       if (Status st =
               copy(memory_, dst->get(), src->get(), src->bytes(), cudaMemcpyDeviceToDevice, stream);
           !st.ok()) {
@@ -190,8 +206,31 @@ Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
   return Status::success();
 }
 
+Status Workspace::prepare_backward(cudaStream_t stream, const DebugOptions& debug) {
+  ForwardParams p = params(0, stream, debug);
+  p.o.data = sets_[0].o.get();
+  p.lse = static_cast<float*>(sets_[0].lse.get());
+  if (Status st = forward(p, Kernel::automatic); !st.ok()) return st;
+  for (size_t i = 1; i < sets_.size(); ++i) {
+    for (auto [dst, src] : {std::pair{&sets_[i].o, &sets_[0].o}, {&sets_[i].lse, &sets_[0].lse}}) {
+      if (Status st =
+              copy(memory_, dst->get(), src->get(), src->bytes(), cudaMemcpyDeviceToDevice, stream);
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
+  if (memory_ == Memory::device) {
+    return cuda_status(cudaStreamSynchronize(stream), "forward for the backward");
+  }
+  return Status::success();
+}
+
 Status Workspace::poison_outputs(cudaStream_t stream) {
-  for (Block* b : {&o_, &lse_}) {
+  std::vector<Block*> outputs{&o_, &lse_};
+  if (w_.bwd) outputs = {&dq_, &dk_, &dv_, &dsinks_};
+  for (Block* b : outputs) {
+    if (b->get() == nullptr) continue;
     if (memory_ == Memory::host) {
       std::memset(b->get(), 0xFF, b->bytes());
     } else if (Status st = cuda_status(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream),
@@ -229,6 +268,37 @@ ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions
   p.window_right = w_.window_right;
   p.stream = stream;
   p.debug = debug;
+  return p;
+}
+
+BackwardParams Workspace::backward_params(int set, cudaStream_t stream) const {
+  const InputSet& s = sets_[static_cast<size_t>(set)];
+  BackwardParams p;
+  p.dtype = w_.dtype;
+  p.batch = w_.batch;
+  p.seqlen_q = w_.seqlen_q;
+  p.seqlen_k = w_.seqlen_k;
+  p.heads_q = w_.heads;
+  p.heads_kv = w_.kv_heads;
+  p.head_dim = w_.hdim;
+  p.head_dim_v = w_.hdim_v;
+  p.q.data = s.q.get();
+  p.k.data = s.k.get();
+  p.v.data = s.v.get();
+  p.o.data = s.o.get();
+  p.dout.data = s.dout.get();
+  p.lse = static_cast<const float*>(s.lse.get());
+  p.dq.data = dq_.get();
+  p.dk.data = dk_.get();
+  p.dv.data = dv_.get();
+  p.sinks = w_.sinks ? static_cast<const float*>(sinks_.get()) : nullptr;
+  p.dsinks = w_.sinks ? static_cast<float*>(dsinks_.get()) : nullptr;
+  set_contiguous_layout(p);
+  p.causal = w_.causal;
+  p.window_left = w_.window_left;
+  p.window_right = w_.window_right;
+  p.deterministic = w_.deterministic;
+  p.stream = stream;
   return p;
 }
 

@@ -1,6 +1,8 @@
 // Input sets and outputs of one workload, in host or device memory.
 //
-// Timing rotates among several input sets so that the 50 MB L2 cannot hold the working set.
+// Timing rotates among several input sets so that the 50 MB L2 cannot hold the working set. In
+// backward mode a set also holds dout and the forward's o and lse (the backward's inputs), and the
+// gradients are the shared outputs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +43,7 @@ class Block {
 
 struct InputSet {
   Block q, k, v;
+  Block dout, o, lse;  // backward mode only
 };
 
 struct TensorSizes {  // in bytes
@@ -58,11 +61,19 @@ class Workspace {
   // addresses, not values, and drawing fresh normals for 256 MB costs seconds per config.
   Status fill_inputs(uint64_t seed, cudaStream_t stream);
 
-  // NaN bit patterns in o and lse (0xFF bytes are NaN in bf16, fp16 and fp32).
+  // Backward mode: runs the forward once (Kernel::automatic: the cpu family on host memory) on
+  // set 0 into its o and lse, and copies them to the other sets.
+  Status prepare_backward(cudaStream_t stream, const DebugOptions& debug);
+
+  // NaN bit patterns in the outputs: o and lse, or in backward mode dq, dk, dv and dsinks (0xFF
+  // bytes are NaN in bf16, fp16 and fp32).
   Status poison_outputs(cudaStream_t stream);
 
   // Params for input set `set`, writing the shared o and lse.
   ForwardParams params(int set, cudaStream_t stream, const DebugOptions& debug) const;
+
+  // Backward mode: params for input set `set`, writing the shared gradients.
+  BackwardParams backward_params(int set, cudaStream_t stream) const;
 
   int num_sets() const { return static_cast<int>(sets_.size()); }
   Memory memory() const { return memory_; }
@@ -71,6 +82,10 @@ class Workspace {
   const Block& o() const { return o_; }
   const Block& lse() const { return lse_; }
   const Block& sinks() const { return sinks_; }  // empty unless the workload has sinks
+  const Block& dq() const { return dq_; }        // backward mode only, as are dk, dv, dsinks
+  const Block& dk() const { return dk_; }
+  const Block& dv() const { return dv_; }
+  const Block& dsinks() const { return dsinks_; }
   const InputSet& set(int i) const { return sets_[static_cast<size_t>(i)]; }
 
  private:
@@ -80,6 +95,7 @@ class Workspace {
   std::vector<InputSet> sets_;
   Block o_, lse_;
   Block sinks_;  // fp32 (heads,), filled by fill_inputs when the workload has sinks
+  Block dq_, dk_, dv_, dsinks_;  // backward mode: the gradients (dsinks with sinks)
 };
 
 inline constexpr size_t kRotationBytes = size_t{256} << 20;  // > 5x the H100's 50 MB L2
