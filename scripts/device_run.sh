@@ -12,6 +12,10 @@
 #   peers:BACKENDS     bench/peers_sdpa.py on the standard grid -> peers.json
 #   cpu:MAXSEQ         the CPU backend on the standard grid up to MAXSEQ -> cpu.json
 #   python             pytest tests/python against the carried library
+#   sanitize-bwd       compute-sanitizer memcheck/racecheck/synccheck on the fa2 backward (and
+#                      deterministic) at each head dim of $SANITIZE_HDIMS (default 64 128 256)
+#   peers-bwd:BACKENDS bench/peers_sdpa.py --bwd on the standard grid -> peers_bwd.json
+#   train              bench/train_check.py: 300 training steps, flashattn vs SDPA -> train_check.json
 #   compare            bench/compare.py: our kernels and SDPA backends -> compare.{json,png,md}
 set -uo pipefail
 OUT=${OUT:-/tmp/flashattn_out}
@@ -66,6 +70,30 @@ for step in "$@"; do
       log "cpu sweep up to ${step#cpu:}"
       $B/flashattn-bench --kernel cpu --sweep standard --max-seqlen "${step#cpu:}" --iters 3 \
         --json "$OUT/cpu.json" 2>/dev/null | tail -40
+      ;;
+    sanitize-bwd)
+      log "compute-sanitizer, backward"
+      for tool in memcheck racecheck synccheck; do
+        for d in ${SANITIZE_HDIMS:-64 128 256}; do
+          for det in "" --deterministic; do
+            compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --bwd $det \
+              --kernel fa2 --batch 2 --heads 4 --kv-heads 2 --seqlen-q 113 --seqlen-k 203 \
+              --hdim $d --causal --sinks --iters 1 --warmup 0 >> "$OUT/sanitize.log" 2>&1
+            echo "$tool fa2 bwd d$d ${det:-nondet} rc=$?" | tee -a "$OUT/summary.txt"
+          done
+        done
+      done
+      ;;
+    peers-bwd:*)
+      log "peers backward ${step#peers-bwd:}"
+      PYTHONUNBUFFERED=1 python3 bench/peers_sdpa.py --bwd --backends "${step#peers-bwd:}" \
+        --json "$OUT/peers_bwd.json" 2>&1 | tee "$OUT/peers_bwd.log" | tail -45
+      ;;
+    train)
+      log "training check: flashattn vs SDPA, 300 steps"
+      python3 bench/train_check.py --json "$OUT/train_check.json" > "$OUT/train.log" 2>&1
+      echo "train_check rc=$?" | tee -a "$OUT/summary.txt"
+      tail -8 "$OUT/train.log"
       ;;
     python)
       log "python package: pytest"
