@@ -77,11 +77,7 @@ struct WarpGrid {
     }
     return best;
   }
-#ifdef FA_BWD_TALL
-  static constexpr int kWR = R / 16 < kWarps ? R / 16 : kWarps;
-#else
   static constexpr int kWR = pick();
-#endif
   static constexpr int kWC = kWarps / kWR;
   static constexpr int kRows = R / kWR, kCols = C / kWC;
   static constexpr int kRF = kRows / 16, kCF = kCols / 8;
@@ -95,18 +91,12 @@ struct Config {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
-#ifndef FA_BWD_M
   // dK and dV hold kBlockN x kHeadDim fp32 accumulators across the walk, S and dP kBlockM x
   // kBlockN each step; registers (255) bound the tiles. Measured on the H100 (bf16, 16k tokens):
-  // hd128 at 64 x 128 runs 196-201 TFLOP/s against 149 at 64 x 64, for a 4-byte spill (one
-  // register, stored and reloaded once per step); hd256 at 32 x 64 133-141 against 93-95 at
-  // 64 x 32, for a 20-byte spill.
+  // hd128 at 64 x 128 runs 196-201 TFLOP/s against 149 at 64 x 64, for a few spilled words
+  // (stored and reloaded once per step); hd256 at 32 x 64 133-141 against 93-95 at 64 x 32.
   static constexpr int kBlockM = kHeadDim <= 128 ? 64 : 32;
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
-#else
-  static constexpr int kBlockM = FA_BWD_M;
-  static constexpr int kBlockN = FA_BWD_N;
-#endif
   static_assert(kBlockM % kMinBlockM == 0, "semaphores are sized by kMinBlockM");
   static constexpr int kThreads = 32 * kWarps;
 
