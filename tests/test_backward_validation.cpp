@@ -120,6 +120,12 @@ const std::vector<Rule>& rules() {
        "head_dim_v 128"},
       {"scale_nan", [](Host& h) { h.p().softmax_scale = std::nanf(""); }, C::invalid_argument,
        "softmax_scale: must be finite"},
+      {"softcap_negative", [](Host& h) { h.p().softcap = -30.f; }, C::invalid_argument,
+       "softcap: must be >= 0 (0: off)"},
+      {"softcap_inf", [](Host& h) { h.p().softcap = INFINITY; }, C::invalid_argument,
+       "softcap: must be finite"},
+      {"softcap_nan", [](Host& h) { h.p().softcap = std::nanf(""); }, C::invalid_argument,
+       "softcap: must be finite"},
       {"window_left", [](Host& h) { h.p().window_left = -2; }, C::invalid_argument,
        "window_left: must be >= -1"},
       {"window_right", [](Host& h) { h.p().window_right = -3; }, C::invalid_argument,
@@ -277,6 +283,19 @@ TEST(BackwardValidation, KernelsWithoutBackwardAreUnsupported) {
     EXPECT_EQ(fa::backward(h.p(), k).code, fa::StatusCode::unsupported);
   }
   EXPECT_TRUE(h.gradients_untouched());
+}
+
+// Softcap is accepted by the backward families (cpu and fa2); every other kernel stays refused
+// as a kernel without a backward.
+TEST(BackwardValidation, SoftcapOnBackwardFamilies) {
+  Host h;
+  h.p().softcap = 30.f;
+  EXPECT_TRUE(fa::can_implement(h.p(), fa::Kernel::cpu).ok());
+  EXPECT_EQ(fa::select_kernel(h.p()), fa::Kernel::cpu);
+  for (fa::Kernel k : fa::kAllKernels) {
+    if (k == fa::Kernel::automatic || k == fa::Kernel::cpu || k == fa::Kernel::fa2) continue;
+    EXPECT_EQ(fa::can_implement(h.p(), k).code, fa::StatusCode::unsupported) << fa::kernel_name(k);
+  }
 }
 
 // FP8 is refused on every kernel, and after the invalid_argument rules.

@@ -108,6 +108,12 @@ const std::vector<Rule>& rules() {
        "softmax_scale: must be finite"},
       {"scale_inf", [](HostProblem& h) { h.p.softmax_scale = INFINITY; }, C::invalid_argument,
        "softmax_scale: must be finite"},
+      {"softcap_negative", [](HostProblem& h) { h.p.softcap = -5.f; }, C::invalid_argument,
+       "softcap: must be >= 0 (0: off)"},
+      {"softcap_inf", [](HostProblem& h) { h.p.softcap = INFINITY; }, C::invalid_argument,
+       "softcap: must be finite"},
+      {"softcap_nan", [](HostProblem& h) { h.p.softcap = std::nanf(""); }, C::invalid_argument,
+       "softcap: must be finite"},
       {"window_left", [](HostProblem& h) { h.p.window_left = -2; }, C::invalid_argument,
        "window_left: must be >= -1"},
       {"window_right", [](HostProblem& h) { h.p.window_right = -3; }, C::invalid_argument,
@@ -204,6 +210,32 @@ TEST(Validation, SinksOnlyWhereSupported) {
                              " does not support attention sinks"),
               std::string::npos)
         << s.message;
+  }
+}
+
+// Softcap runs on cpu, fa2 and k6 and is refused as unsupported by every other family: a family
+// without it would read make_problem's scale_log2 = softcap·log2(e) as the softmax scale.
+TEST(Validation, SoftcapOnlyWhereSupported) {
+  HostProblem h;
+  h.p.softcap = 30.f;
+  EXPECT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok());
+  for (fa::Kernel k : fa::kAllKernels) {
+    if (k == fa::Kernel::cpu || k == fa::Kernel::fa2 || k == fa::Kernel::k6 ||
+        k == fa::Kernel::automatic || !fa::kernel_is_built(k)) {
+      continue;
+    }
+    const fa::Status s = fa::can_implement(h.p, k);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << fa::kernel_name(k) << ": " << s.message;
+    EXPECT_NE(s.message.find("softcap: kernel " + std::string(fa::kernel_name(k)) +
+                             " does not support softcap"),
+              std::string::npos)
+        << s.message;
+  }
+  h.p.softcap = 0.f;  // off: every family may take it
+  for (fa::Kernel k : {fa::Kernel::k1, fa::Kernel::k2, fa::Kernel::k3, fa::Kernel::k4,
+                       fa::Kernel::k5}) {
+    if (!fa::kernel_is_built(k)) continue;
+    EXPECT_EQ(fa::can_implement(h.p, k).message.find("softcap"), std::string::npos);
   }
 }
 

@@ -49,6 +49,8 @@ struct BackwardParams {
   const float* sinks = nullptr;
   float* dsinks = nullptr;
 
+  float softcap = 0.0f;  // the forward's ForwardParams::softcap (0: off)
+
   // Bitwise-reproducible gradients: every accumulation runs in a fixed order, so two calls with
   // the same inputs on the same device give identical dq, dk, dv and dsinks. Slower.
   bool deterministic = false;

@@ -77,6 +77,7 @@ struct DecodeParams {
   bool check_indices = true;  // see the header comment
 
   const float* sinks = nullptr;  // optional fp32 (heads_q,) device memory: ForwardParams::sinks
+  float softcap = 0.0f;          // ForwardParams::softcap (0: off)
 
   void* stream = nullptr;  // cudaStream_t
 };

@@ -165,6 +165,11 @@ struct ForwardParams {
   // reads (device memory for GPU families).
   const float* sinks = nullptr;
 
+  // Logit soft-capping (Gemma-2/3, Grok): scores become softcap · tanh(scores / softcap), with
+  // scores = softmax_scale · q·k, before masking and softmax (flash-attn's `softcap`). 0: off;
+  // otherwise > 0 and finite. Families k6, fa2, cpu (and decode, backward on fa2 and cpu).
+  float softcap = 0.0f;
+
   void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
 
   DebugOptions debug;  // ablation and diagnosis switches; the defaults are the measured best

@@ -155,6 +155,9 @@ Status check_features(const BackwardParams& p, Kernel kernel, const KernelCaps& 
   if (p.sinks != nullptr && !caps.sinks) {
     return unsupported("sinks: kernel " + k + " has no backward with attention sinks");
   }
+  if (p.softcap > 0.f && !caps.softcap) {
+    return unsupported("softcap: kernel " + k + " has no backward with softcap");
+  }
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   if (dv != p.head_dim && !caps.hdim_v_differs) {
     return unsupported("head_dim_v: kernel " + k + " needs head_dim_v == head_dim");

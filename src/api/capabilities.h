@@ -24,17 +24,22 @@ struct KernelCaps {
   bool tma = false;             // q/k/v read by TMA: a dimension of extent > 1 needs a stride
                                 // in (0, 2^40) bytes
   bool sinks = false;           // ForwardParams::sinks (learnable attention sinks)
+  // ForwardParams::softcap. A family without it must refuse softcap > 0: make_problem then sets
+  // scale_log2 = softcap·log2(e) for kernels that apply the tanh, which would be garbage to one
+  // that does not.
+  bool softcap = false;
 };
 
 constexpr KernelCaps kernel_caps(Kernel kernel) {
   switch (kernel) {
     case Kernel::cpu:
-      return {.built = true, .host = true, .hdim_v_differs = true, .sinks = true};
+      return {.built = true, .host = true, .hdim_v_differs = true, .sinks = true, .softcap = true};
     case Kernel::k1:
     case Kernel::k2:
       return {.built = kLineageBuilt, .min_cc = 80, .hdim_v_differs = true};
     case Kernel::fa2:
-      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true};
+      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true,
+              .softcap = true};
     // Hopper (sm_90a only): K3, K4 and K5 are steps of the story, built for head dim 128.
     case Kernel::k3:
     case Kernel::k4:
@@ -43,7 +48,7 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
               .only_head_dim = 128, .tma = true};
     case Kernel::k6:
       return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true,
-              .hdim_v_differs = true, .tma = true, .sinks = true};
+              .hdim_v_differs = true, .tma = true, .sinks = true, .softcap = true};
     default:
       return {};
   }
@@ -54,9 +59,11 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
 constexpr KernelCaps backward_kernel_caps(Kernel kernel) {
   switch (kernel) {
     case Kernel::cpu:
-      return {.built = true, .host = true, .varlen = true, .hdim_v_differs = true, .sinks = true};
+      return {.built = true, .host = true, .varlen = true, .hdim_v_differs = true, .sinks = true,
+              .softcap = true};
     case Kernel::fa2:
-      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true};
+      return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true,
+              .softcap = true};
     default:
       return {};
   }

@@ -126,6 +126,9 @@ Status check_decode_shapes(const DecodeParams& p) {
                    str(p.head_dim));
   }
   if (!std::isfinite(p.softmax_scale)) return invalid("softmax_scale: must be finite");
+  if (!std::isfinite(p.softcap)) return invalid("softcap: must be finite (0: off)");
+  if (p.softcap < 0.f)
+    return invalid("softcap: must be >= 0 (0: off), got " + std::to_string(p.softcap));
   if (p.window_left < -1)
     return invalid("window_left: must be >= -1 (-1 is unbounded), got " + str(p.window_left));
   if (p.window_right < -1)

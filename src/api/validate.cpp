@@ -84,6 +84,10 @@ Status check_attention_shapes(const ForwardParams& p) {
                    std::to_string(p.head_dim) + ", head_dim_v " + std::to_string(dv));
   }
   if (!std::isfinite(p.softmax_scale)) return invalid("softmax_scale: must be finite");
+  if (!std::isfinite(p.softcap)) return invalid("softcap: must be finite (0: off)");
+  if (p.softcap < 0.f) {
+    return invalid("softcap: must be >= 0 (0: off), got " + std::to_string(p.softcap));
+  }
   if (p.window_left < -1) {
     return invalid("window_left: must be >= -1 (-1 is unbounded), got " +
                    std::to_string(p.window_left));
@@ -157,6 +161,9 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
   if (p.sinks != nullptr && !caps.sinks) {
     return unsupported("sinks: kernel " + k +
                        " does not support attention sinks (k6, fa2 and cpu do)");
+  }
+  if (p.softcap > 0.f && !caps.softcap) {
+    return unsupported("softcap: kernel " + k + " does not support softcap (k6, fa2 and cpu do)");
   }
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   if (dv != p.head_dim && !caps.hdim_v_differs) {

@@ -53,6 +53,7 @@ inline ForwardParams forward_params(const BackwardParams& p) {
   f.total_q = p.total_q;
   f.total_k = p.total_k;
   f.sinks = p.sinks;
+  f.softcap = p.softcap;
   f.stream = p.stream;
   return f;
 }

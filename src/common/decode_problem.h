@@ -48,7 +48,9 @@ struct DecodeProblem {
   int64_t k_new_stride[3] = {}, v_new_stride[3] = {};
   int seqlen_new = 0;
 
-  float scale_log2 = 0.f;                   // softmax_scale * log2(e)
+  float scale_log2 = 0.f;  // softmax_scale * log2(e); with softcap, softcap * log2(e)
+  float softcap = 0.f;        // Problem::softcap (0: off)
+  float softcap_scale = 0.f;  // softmax_scale / softcap
   int window_left = -1, window_right = -1;  // causal folded into window_right = 0
 
   int num_splits = 1;
@@ -99,6 +101,11 @@ inline DecodeProblem make_decode_problem(const DecodeParams& p) {
   const float scale =
       p.softmax_scale != 0.f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   d.scale_log2 = scale * kLog2e;
+  if (p.softcap > 0.f) {
+    d.softcap = p.softcap;
+    d.softcap_scale = scale / p.softcap;
+    d.scale_log2 = p.softcap * kLog2e;
+  }
   d.window_left = p.window_left;
   d.window_right = p.causal ? 0 : p.window_right;
   d.num_splits = 1;

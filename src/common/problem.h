@@ -37,10 +37,21 @@ struct Problem {
   bool varlen() const { return cu_seqlens_q != nullptr; }
 
   float scale = 0.f;       // softmax scale
-  float scale_log2 = 0.f;  // scale * log2(e): kernels use exp2
+  // The factor the softmax applies to a score in the log2 domain: scale · log2(e); with
+  // softcap, softcap · log2(e), the kernels then having replaced each raw score q·k by
+  // tanh(q·k · softcap_scale) (see softcap below).
+  float scale_log2 = 0.f;
   Mask mask;               // seqlen_q/seqlen_k filled in; left/right from the window and causal
 
   const float* sinks = nullptr;  // (heads_q,) logits in natural-log units, or null
+
+  // Soft-capping: the score scale·q·k becomes softcap·tanh(scale·q·k / softcap). Kernels that
+  // support it compute t = tanh(q·k · softcap_scale) and hand t to the softmax, whose factor
+  // scale_log2 is then softcap·log2(e) (positive: the sign of a negative scale is inside
+  // softcap_scale). 0: off. Only families whose capabilities list softcap may receive it.
+  float softcap = 0.f;
+  float softcap_scale = 0.f;  // scale / softcap
+  FA_HD bool has_softcap() const { return softcap > 0.f; }
 
   void* stream = nullptr;
 };
@@ -73,6 +84,11 @@ inline Problem make_problem(const ForwardParams& p) {
   pr.total_k = p.total_k;
   pr.scale = p.softmax_scale != 0.f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   pr.scale_log2 = pr.scale * kLog2e;
+  if (p.softcap > 0.f) {
+    pr.softcap = p.softcap;
+    pr.softcap_scale = pr.scale / p.softcap;
+    pr.scale_log2 = p.softcap * kLog2e;
+  }
   pr.mask.seqlen_q = p.seqlen_q;
   pr.mask.seqlen_k = p.seqlen_k;
   pr.mask.left = p.window_left;
