@@ -72,6 +72,7 @@ struct Shape {
   bool causal = false;
   int window_left = -1, window_right = -1;
   float softmax_scale = 0.f;
+  float softcap = 0.f;  // ForwardParams::softcap
   float q_sigma = 1.f;  // > 1 makes large logits, exercising the online-softmax rescale
   Layout q_layout = Layout::dense, kv_layout = Layout::dense, o_layout = Layout::dense;
   bool with_lse = true;
@@ -97,6 +98,7 @@ class Case {
     p.window_left = s.window_left;
     p.window_right = s.window_right;
     p.softmax_scale = s.softmax_scale;
+    p.softcap = s.softcap;
     const int dv = s.head_dim_v > 0 ? s.head_dim_v : s.head_dim;
     q.assign(layout(p.q.stride, s.q_layout, s.seqlen_q, s.heads_q, s.head_dim), 0);
     k.assign(layout(p.k.stride, s.kv_layout, s.seqlen_k, s.heads_kv, s.head_dim), 0);

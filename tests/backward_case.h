@@ -28,6 +28,7 @@ struct BwdShape {
   float q_sigma = 1.f;  // > 1: large logits
   Layout q_layout = Layout::dense, kv_layout = Layout::dense, grad_layout = Layout::dense;
   bool sinks = false;  // with sinks, dsinks is requested too
+  float softcap = 0.f;  // BackwardParams::softcap (and the forward's)
   // Packed sequences: one length per batch entry (batch is their count); empty: dense.
   std::vector<int> lens_q, lens_k;
 };
@@ -46,6 +47,7 @@ class BwdCase {
     p.causal = s.causal;
     p.window_left = s.window_left;
     p.window_right = s.window_right;
+    p.softcap = s.softcap;
     int rows_q = s.seqlen_q, rows_k = s.seqlen_k, nb = s.batch;
     p.seqlen_q = s.seqlen_q;
     p.seqlen_k = s.seqlen_k;
@@ -166,6 +168,7 @@ class BwdCase {
     f.total_q = p.total_q;
     f.total_k = p.total_k;
     f.sinks = p.sinks;
+    f.softcap = p.softcap;
     return f;
   }
 

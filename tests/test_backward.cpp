@@ -375,6 +375,59 @@ TEST(CpuBackward, SinksWithDsinks) {
   expect_passes(c);
 }
 
+// Guards the cpu family's softcap backward (dS times 1 - t^2, P from the capped logit) against
+// the oracle: softcap 5, 30 and 50 over odd shapes, causal rows that see no key, an asymmetric
+// window, GQA, sinks with softcap, packed sequences with an empty one, large logits.
+TEST(CpuBackward, Softcap) {
+  struct S {
+    int sq, sk, hq, hkv, d;
+    bool causal;
+    int wl, wr;
+    bool sinks;
+    float q_sigma;
+  };
+  const S shapes[] = {S{113, 203, 2, 1, 64, false, -1, -1, false, 4.f},
+                      S{239, 100, 4, 2, 128, true, -1, -1, true, 1.f},
+                      S{1, 239, 6, 1, 96, false, -1, -1, false, 8.f},
+                      S{130, 67, 6, 2, 192, false, 37, 5, true, 4.f}};
+  for (float softcap : {5.f, 30.f, 50.f}) {
+    for (const S& g : shapes) {
+      for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+        SCOPED_TRACE("softcap " + std::to_string(softcap) + " " + std::to_string(g.sq) + "x" +
+                     std::to_string(g.sk) + " " + fa::dtype_name(dtype));
+        BwdShape s;
+        s.dtype = dtype;
+        s.batch = 2;
+        s.seqlen_q = g.sq;
+        s.seqlen_k = g.sk;
+        s.heads_q = g.hq;
+        s.heads_kv = g.hkv;
+        s.head_dim = g.d;
+        s.causal = g.causal;
+        s.window_left = g.wl;
+        s.window_right = g.wr;
+        s.sinks = g.sinks;
+        s.q_sigma = g.q_sigma;
+        s.softcap = softcap;
+        BwdCase c(s, fa_test::test_seed(uint64_t(g.sq) + static_cast<uint64_t>(softcap)));
+        expect_passes(c);
+      }
+    }
+    // Packed sequences, one of them empty.
+    BwdShape s;
+    s.lens_q = {40, 0, 77};
+    s.lens_k = {12, 30, 90};
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.causal = true;
+    s.sinks = true;
+    s.q_sigma = 4.f;
+    s.softcap = softcap;
+    BwdCase c(s, fa_test::test_seed(7 + static_cast<uint64_t>(softcap)));
+    expect_passes(c);
+  }
+}
+
 // The cpu family's sums run in a fixed order: two runs (deterministic or not) agree bitwise.
 TEST(CpuBackward, RepeatedRunsAreBitwiseIdentical) {
   BwdShape s;
@@ -480,12 +533,13 @@ struct GradcheckParam {
   bool causal;
   int left, right;
   bool sinks;
+  float softcap = 0.f;
 };
 
 class ReferenceGradcheck : public ::testing::TestWithParam<GradcheckParam> {};
 
 // Guards: reference::backward's fp64 formulas (dS = P (dP - D), the scale, GQA sums, masks, the
-// sink's gradient) are the derivative of reference::forward, element by element.
+// sink's gradient, softcap's 1 - t^2) are the derivative of reference::forward, element by element.
 TEST_P(ReferenceGradcheck, MatchesFiniteDifferences) {
   const GradcheckParam& g = GetParam();
   BwdShape s;
@@ -501,6 +555,7 @@ TEST_P(ReferenceGradcheck, MatchesFiniteDifferences) {
   s.window_left = g.left;
   s.window_right = g.right;
   s.sinks = g.sinks;
+  s.softcap = g.softcap;
   s.q_sigma = 2.f;  // a peaked softmax, so P's curvature is exercised
   BwdCase c(s, fa_test::test_seed());
   const fa::BackwardParams& p = c.params;
@@ -548,7 +603,13 @@ INSTANTIATE_TEST_SUITE_P(
                       GradcheckParam{"gqa", 5, 6, 6, 2, false, -1, -1, false},
                       GradcheckParam{"mqa_causal_window", 6, 8, 4, 1, true, 3, 0, false},
                       GradcheckParam{"sinks", 5, 7, 2, 1, false, -1, -1, true},
-                      GradcheckParam{"sinks_masked_rows", 7, 4, 4, 2, true, -1, -1, true}),
+                      GradcheckParam{"sinks_masked_rows", 7, 4, 4, 2, true, -1, -1, true},
+                      // softcap: logits of head dim 8 with q_sigma 2 reach about 2 softcaps at
+                      // 0.5 (tanh saturating), 0.1 at 30 (the 1 - t^2 factor near 1)
+                      GradcheckParam{"softcap_5", 5, 7, 2, 2, false, -1, -1, false, 0.5f},
+                      GradcheckParam{"softcap_causal_gqa", 7, 5, 4, 2, true, -1, -1, false, 1.f},
+                      GradcheckParam{"softcap_window_sinks", 6, 8, 4, 1, false, 3, 1, true, 2.f},
+                      GradcheckParam{"softcap_30", 5, 6, 2, 1, true, -1, -1, true, 30.f}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The packed reference equals the dense reference of each sequence, element by element.

@@ -4,6 +4,7 @@
 // Outputs are NaN-poisoned before every run, so an element left unwritten fails the check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -347,4 +348,71 @@ TEST(Cpu, Sinks) {
       }
     }
   }
+}
+
+// Guards the cpu family's softcap (ForwardParams::softcap) against the oracle, whose fp64 and
+// emulated references apply it independently: softcap 5, 30 and 50 over odd shapes, causal rows
+// that see no key, an asymmetric window, GQA and MQA, sinks with softcap, large logits (q scaled
+// up, so that tanh saturates and the cap decides the softmax) and both dtypes.
+TEST(Cpu, Softcap) {
+  struct S {
+    int sq, sk, hq, hkv, d;
+    bool causal;
+    int wl, wr;
+    bool sinks;
+    float q_sigma;
+  };
+  const S shapes[] = {S{113, 203, 2, 1, 64, false, -1, -1, false, 4.f},
+                      S{239, 1, 4, 2, 128, true, -1, -1, false, 1.f},
+                      S{1, 239, 6, 1, 96, false, -1, -1, false, 8.f},
+                      S{130, 67, 6, 2, 192, false, 37, 5, true, 4.f},
+                      S{799, 3, 2, 2, 256, true, -1, -1, true, 8.f}};
+  for (float softcap : {5.f, 30.f, 50.f}) {
+    for (const S& g : shapes) {
+      for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+        SCOPED_TRACE("softcap " + std::to_string(softcap) + " " + std::to_string(g.sq) + "x" +
+                     std::to_string(g.sk) + " " + fa::dtype_name(dtype));
+        Shape s;
+        s.dtype = dtype;
+        s.batch = 2;
+        s.seqlen_q = g.sq;
+        s.seqlen_k = g.sk;
+        s.heads_q = g.hq;
+        s.heads_kv = g.hkv;
+        s.head_dim = g.d;
+        s.causal = g.causal;
+        s.window_left = g.wl;
+        s.window_right = g.wr;
+        s.softcap = softcap;
+        s.q_sigma = g.q_sigma;
+        Case c(s, fa_test::test_seed(g.sq + static_cast<uint64_t>(softcap)));
+        std::vector<float> sinks(g.hq);
+        for (int h = 0; h < g.hq; ++h) sinks[h] = 1.5f * h - 2.f;
+        if (g.sinks) c.params.sinks = sinks.data();
+        expect_passes(c);
+      }
+    }
+  }
+}
+
+// The cap changes the answer where logits are large (so the test above compares two references
+// that really apply it), and a cap far above every logit changes it by no more than rounding.
+TEST(Cpu, SoftcapChangesLargeLogitsOnly) {
+  Shape s;
+  s.seqlen_q = 64;
+  s.seqlen_k = 80;
+  s.heads_q = 2;
+  s.heads_kv = 1;
+  s.q_sigma = 8.f;
+  Case c(s, fa_test::test_seed());
+  ASSERT_NO_FATAL_FAILURE(run_cpu(c));
+  const std::vector<float> lse = c.lse;
+  c.params.softcap = 5.f;
+  ASSERT_NO_FATAL_FAILURE(run_cpu(c));
+  float max_diff = 0.f;
+  for (size_t i = 0; i < lse.size(); ++i) max_diff = std::max(max_diff, std::abs(c.lse[i] - lse[i]));
+  EXPECT_GT(max_diff, 1.f) << "softcap 5 left the LSE of logits near 8 sigma unchanged";
+  c.params.softcap = 1e6f;
+  ASSERT_NO_FATAL_FAILURE(run_cpu(c));
+  for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(c.lse[i], lse[i], 1e-3f * (1 + std::abs(lse[i])));
 }

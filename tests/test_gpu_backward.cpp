@@ -140,6 +140,7 @@ std::string case_name(const BwdShape& s) {
   n.mask(s.causal, s.window_left, s.window_right);
   n.flag(s.q_layout == Layout::padded, "_padded").flag(s.q_layout == Layout::heads_major, "_bhsd");
   n.flag(s.q_sigma > 1, "_big").flag(s.sinks, "_sinks");
+  if (s.softcap > 0) n.num("_softcap", static_cast<int>(s.softcap));
   return n.str();
 }
 
@@ -259,6 +260,44 @@ std::vector<GpuCase> grid() {
       s.sinks = causal;
       shapes.push_back(s);
     }
+  // Softcap 5, 30 and 50 (dS times 1 - t^2): every head dim, odd lengths, causal rows that see no
+  // key, a window, GQA and MQA, sinks with softcap, packed sequences with empty ones, large logits.
+  for (float cap : {5.f, 30.f, 50.f}) {
+    int j = 0;
+    for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16})
+      for (auto [d, dv] : dims) {
+        BwdShape s;
+        s.dtype = dtype;
+        s.batch = 2;
+        s.seqlen_q = j % 2 ? 239 : 113;
+        s.seqlen_k = j % 2 ? 100 : 203;
+        s.heads_q = 4;
+        s.heads_kv = j % 3 ? 2 : 1;
+        s.head_dim = d;
+        s.head_dim_v = dv;
+        s.causal = j % 2 == 1;
+        if (j % 4 == 2) {
+          s.window_left = 37;
+          s.window_right = 5;
+        }
+        s.sinks = j % 3 == 1;
+        s.q_sigma = j % 2 ? 1.f : 6.f;
+        s.softcap = cap;
+        shapes.push_back(s);
+        ++j;
+      }
+    BwdShape s;
+    s.lens_q = {37, 0, 130, 1, 64, 9, 200};
+    s.lens_k = {50, 17, 129, 1, 0, 9, 300};
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.head_dim = 128;
+    s.causal = true;
+    s.sinks = true;
+    s.q_sigma = 6.f;
+    s.softcap = cap;
+    shapes.push_back(s);
+  }
   std::vector<GpuCase> out;
   for (const BwdShape& s : shapes) out.push_back({case_name(s), s});
   return out;

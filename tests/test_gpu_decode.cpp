@@ -42,9 +42,11 @@ struct Case {
   bool batch_idx;  // contiguous only: a permuted cache_batch_idx over a larger cache
   float q_sigma;
   int capacity = 0;  // 0: longest sequence + 7 (rounded up to whole pages)
+  float softcap = 0.f;  // DecodeParams::softcap
 };
 
 std::string case_name(const Case& c) {
+  const std::string softcap = "_softcap" + std::to_string(static_cast<int>(c.softcap));
   std::string s = flashattn::testing::CaseName(fa::Kernel::automatic, c.dtype)
                       .num("_d", c.d)
                       .num("_h", c.hq)
@@ -58,6 +60,7 @@ std::string case_name(const Case& c) {
                       .num("_splits", c.num_splits)
                       .flag(c.batch_idx, "_idx")
                       .flag(c.q_sigma > 1, "_big")
+                      .flag(c.softcap > 0, softcap.c_str())
                       .str();
   return s.substr(5);  // drop "auto_"
 }
@@ -96,6 +99,7 @@ void build(const Case& c, uint64_t seed, Host& h) {
   p.window_left = c.wl;
   p.window_right = c.wr;
   p.num_splits = c.num_splits;
+  p.softcap = c.softcap;
   p.seqlen_new = c.seqlen_new;
   const int longest = *std::max_element(c.seqlens.begin(), c.seqlens.end()) + c.seqlen_new;
   int cap = c.capacity > 0 ? c.capacity : longest + 7;
@@ -273,6 +277,7 @@ void check_against_reference(const Case& c, Host& h, uint64_t seed) {
     f.causal = c.causal;
     f.window_left = c.wl;
     f.window_right = c.wr;
+    f.softcap = c.softcap;
     fa::set_contiguous_layout(f);
     f.q.data = h.q.data() + size_t(b) * c.sq * c.hq * c.d;
     f.k.data = k.data();
@@ -330,6 +335,21 @@ std::vector<Case> grid() {
           if (c.seqlen_new == 0 && i % 6 == 5) c.seqlen_new = 1;
           cases.push_back(c);
         }
+      }
+  // Softcap 5, 30 and 50: every head dim, paged and contiguous caches with an append, causal and
+  // windowed rows, splits (the combine sees capped partial LSEs), large logits.
+  int j = 0;
+  for (float cap : {5.f, 30.f, 50.f})
+    for (D dtype : {D::bf16, D::fp16})
+      for (int d : {64, 128, 256}) {
+        const Heads hd = heads[j % 5];
+        const M m = masks[j % 4];
+        Case c{dtype, d, hd.hq, hd.hkv, sqs[j % 4], lengths[j % 5], (j % 2) ? 16 : 0,
+               (j % 3 == 0) ? 1 : 0, m.causal, m.wl, m.wr, splits[j % 4], false,
+               (j % 2) ? 6.f : 1.f};
+        c.softcap = cap;
+        cases.push_back(c);
+        ++j;
       }
   return cases;
 }

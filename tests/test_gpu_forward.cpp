@@ -38,9 +38,11 @@ struct Case {
   Layout layout;
   float q_sigma;  // > 1 gives large logits, exercising the online-softmax rescale
   bool sinks = false;  // learnable attention sinks (ForwardParams::sinks)
+  float softcap = 0.f;  // ForwardParams::softcap
 };
 
 std::string case_name(const Case& c) {
+  const std::string softcap = "_softcap" + std::to_string(static_cast<int>(c.softcap));
   return flashattn::testing::CaseName(c.kernel, c.dtype)
       .num("_b", c.batch)
       .num("_q", c.sq)
@@ -53,6 +55,7 @@ std::string case_name(const Case& c) {
       .flag(c.layout == Layout::heads_major, "_bhsd")
       .flag(c.q_sigma > 1, "_big")
       .flag(c.sinks, "_sinks")
+      .flag(c.softcap > 0, softcap.c_str())
       .str();
 }
 
@@ -114,6 +117,7 @@ void run_case(const Case& c, uint64_t seed, GpuRun& run, int runs = 1) {
   p.causal = c.causal;
   p.window_left = c.wl;
   p.window_right = c.wr;
+  p.softcap = c.softcap;
   const int64_t nq = make_strides(c.layout, c.batch, c.sq, c.hq, c.d, p.q.stride);
   const int64_t nk = make_strides(c.layout, c.batch, c.sk, c.hkv, c.d, p.k.stride);
   const int64_t nv = make_strides(c.layout, c.batch, c.sk, c.hkv, c.dv, p.v.stride);
@@ -299,6 +303,75 @@ TEST_P(GpuForwardSinks, MatchesFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(Grid, GpuForwardSinks,
                          ::testing::Range<size_t>(0, all_sink_cases().size()),
                          [](const auto& info) { return case_name(all_sink_cases()[info.param]); });
+
+// Softcap on the families that have it (k6, fa2): softcap 5, 30 and 50 over the TESTING.md shapes,
+// with GQA and MQA, causal rows that see no key, asymmetric windows, large logits (q scaled up so
+// that tanh saturates and the cap decides the softmax), sinks with softcap and every head dim. A
+// family that answers unsupported fails (run_case asserts the call succeeded) rather than skips.
+std::vector<Case> softcap_cases() {
+  std::vector<Case> cases;
+  const Layout dense = Layout::contiguous, padded = Layout::padded, bhsd = Layout::heads_major;
+  for (fa::Kernel kernel : {fa::Kernel::fa2, fa::Kernel::k6}) {
+    for (float cap : {5.f, 30.f, 50.f}) {
+      for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+        cases.push_back({kernel, dtype, 2, 1, 1, 6, 2, 128, 128, false, -1, -1, dense, 1.f, false,
+                         cap});
+        cases.push_back({kernel, dtype, 2, 1, 239, 4, 2, 64, 64, false, -1, -1, padded, 6.f,
+                         false, cap});
+        cases.push_back({kernel, dtype, 2, 113, 203, 4, 4, 64, 64, false, 37, 5, padded, 6.f,
+                         false, cap});
+        cases.push_back({kernel, dtype, 1, 239, 1, 6, 1, 128, 128, true, -1, -1, dense, 6.f, true,
+                         cap});
+        cases.push_back({kernel, dtype, 2, 799, 3, 4, 2, 256, 256, true, -1, -1, bhsd, 1.f, false,
+                         cap});
+        cases.push_back({kernel, dtype, 1, 1023, 1024, 6, 2, 192, 128, true, -1, -1, padded, 6.f,
+                         true, cap});
+        cases.push_back({kernel, dtype, 1, 1024, 1023, 4, 4, 96, 96, false, 64, -1, dense, 6.f,
+                         false, cap});
+      }
+      cases.push_back({kernel, fa::DType::bf16, 1, 4224, 4224, 4, 1, 128, 128, true, -1, -1,
+                       Layout::contiguous, 6.f, false, cap});
+    }
+  }
+  return cases;
+}
+
+const std::vector<Case>& all_softcap_cases() {
+  static const std::vector<Case> c = softcap_cases();
+  return c;
+}
+
+class GpuForwardSoftcap : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(GpuForwardSoftcap, MatchesFp64Reference) {
+  const Case& c = all_softcap_cases()[GetParam()];
+  if (!kernel_runs_here(c.kernel)) GTEST_SKIP() << "no device for " << fa::kernel_name(c.kernel);
+  GpuRun run;
+  expect_matches_reference(c, run_seed() + GetParam() * 15485863, run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, GpuForwardSoftcap,
+                         ::testing::Range<size_t>(0, all_softcap_cases().size()),
+                         [](const auto& info) { return case_name(all_softcap_cases()[info.param]); });
+
+// auto with softcap on a GPU runs a family that has it (one without would read make_problem's
+// scale_log2 = softcap·log2(e) as the softmax scale and fail the oracle), and the lineage
+// families refuse softcap as unsupported.
+TEST(GpuForwardSoftcapSelection, AutoRunsASoftcapFamily) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c{fa::Kernel::automatic, fa::DType::bf16, 1, 200, 300, 4, 2, 128, 128, true, -1, -1,
+               Layout::contiguous, 6.f, false, 30.f};
+  GpuRun run;
+  expect_matches_reference(c, run_seed(), run);
+  if (HasFatalFailure()) return;
+  for (fa::Kernel k : {fa::Kernel::k1, fa::Kernel::k2, fa::Kernel::k3, fa::Kernel::k4,
+                       fa::Kernel::k5}) {
+    if (!fa::kernel_is_built(k)) continue;
+    const fa::Status st = fa::can_implement(run.host, k);
+    EXPECT_EQ(st.code, fa::StatusCode::unsupported) << fa::kernel_name(k) << ": " << st.message;
+    EXPECT_NE(st.message.find("softcap"), std::string::npos) << st.message;
+  }
+}
 
 // The same input twice gives bitwise identical output (no races, no order-dependent reductions).
 TEST(GpuForwardDeterminism, RepeatedRunsAreBitwiseIdentical) {

@@ -39,9 +39,11 @@ struct VarlenCase {
   int wl, wr;
   float q_sigma;
   std::vector<std::pair<int, int>> lens;  // (seqlen_q, seqlen_k) per sequence
+  float softcap = 0.f;                     // ForwardParams::softcap
 };
 
 std::string case_name(const VarlenCase& c) {
+  const std::string softcap = "_softcap" + std::to_string(static_cast<int>(c.softcap));
   return flashattn::testing::CaseName(c.kernel, c.dtype)
       .num("_h", c.hq)
       .num("x", c.hkv)
@@ -49,6 +51,7 @@ std::string case_name(const VarlenCase& c) {
       .mask(c.causal, c.wl, c.wr)
       .num("_n", static_cast<int>(c.lens.size()))
       .flag(c.q_sigma > 1, "_big")
+      .flag(c.softcap > 0, softcap.c_str())
       .str();
 }
 
@@ -73,6 +76,13 @@ const std::vector<VarlenCase>& all_cases() {
           {k, fa::DType::fp16, 2, 2, 192, 192, false, -1, -1, 1.f, square},
       };
       all.insert(all.end(), per_kernel.begin(), per_kernel.end());
+      // Softcap 5, 30 and 50 (k6 and fa2 have it; a refusal fails the test): empty sequences,
+      // causal rows that see no key, a window, GQA and MQA, large logits.
+      for (float cap : {5.f, 30.f, 50.f}) {
+        all.push_back({k, fa::DType::bf16, 4, 2, 128, 128, true, -1, -1, 6.f, mixed, cap});
+        all.push_back({k, fa::DType::fp16, 6, 1, 64, 64, false, 37, 5, 6.f, square, cap});
+        all.push_back({k, fa::DType::bf16, 6, 2, 192, 128, false, -1, -1, 1.f, mixed, cap});
+      }
     }
     for (fa::Kernel k : {fa::Kernel::k3, fa::Kernel::k4, fa::Kernel::k5}) {
       all.push_back({k, fa::DType::bf16, 4, 2, 128, 128, true, -1, -1, 6.f, mixed});
@@ -157,6 +167,7 @@ TEST_P(GpuVarlen, MatchesReferenceAndPerSequenceRuns) {
   p.causal = c.causal;
   p.window_left = c.wl;
   p.window_right = c.wr;
+  p.softcap = c.softcap;
   const auto set_strides = [](int64_t(&st)[4], const Packed& t, int len) {
     st[3] = 1;
     st[2] = t.dim;

@@ -12,6 +12,10 @@
 // rounded before dQ += dS·K and dK += dSᵀ·Q (tensor cores take those operands in the input
 // type), fp32 accumulation, the scale applied at the end and every gradient rounded to the input
 // type.
+//
+// With softcap the logit of q·k is softcap·tanh(scale·q·k / softcap): P comes from it, and the
+// gradient with respect to scale·q·k gains the factor d tanh = 1 - t^2 (t the tanh), applied to
+// dS before the products (the scale stays at the end, as without softcap).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -120,15 +124,28 @@ struct Arith {
   static constexpr bool kEmulate = std::is_same_v<T, float>;
   DType dtype;
   T scale, scale_log2;
+  T softcap = 0, softcap_scale = 0;  // Problem's: softcap_scale = scale / softcap; 0: off
 
   T round(T x) const {
     if constexpr (kEmulate) return round_to(x, dtype);
     return x;
   }
-  // P of a raw dot product q·k given the row's LSE (natural log).
-  T prob(T qk, T lse) const {
-    if constexpr (kEmulate) return std::exp2(qk * scale_log2 - lse * static_cast<T>(kLog2e));
-    return std::exp(qk * scale - lse);
+  // P of a raw dot product q·k given the row's LSE (natural log), and the factor dS takes on its
+  // way back to scale·q·k: 1 - t^2 with softcap (t = tanh(q·k · softcap_scale)), else 1.
+  struct Score {
+    T prob, dtanh;
+  };
+  Score score(T qk, T lse) const {
+    if (softcap > 0) {
+      const T t = std::tanh(qk * softcap_scale);
+      if constexpr (kEmulate) {
+        // scale_log2 is softcap·log2(e) here (make_problem).
+        return {std::exp2(t * scale_log2 - lse * static_cast<T>(kLog2e)), T{1} - t * t};
+      }
+      return {std::exp(softcap * t - lse), T{1} - t * t};
+    }
+    if constexpr (kEmulate) return {std::exp2(qk * scale_log2 - lse * static_cast<T>(kLog2e)), 1};
+    return {std::exp(qk * scale - lse), 1};
   }
 };
 
@@ -161,9 +178,9 @@ void row_pass(const BackwardParams& p, const Arith<T>& ar, Pair<T>& pr, int h, i
     for (int j = 0; j < pr.len_k; ++j) {
       if (!pr.mask.visible(row, j)) continue;
       const T* k = pr.k.data() + size_t(j) * d;
-      const T prob = ar.prob(dot(q, k, d), pr.lse[ri]);
+      const auto [prob, dtanh] = ar.score(dot(q, k, d), pr.lse[ri]);
       const T dp = dot(dout, pr.v.data() + size_t(j) * dv, dv);
-      const T ds = ar.round(prob * (dp - dsum));
+      const T ds = ar.round(prob * (dp - dsum) * dtanh);
       for (int c = 0; c < d; ++c) acc[c] += ds * k[c];
     }
   }
@@ -186,9 +203,9 @@ void key_pass(const BackwardParams& p, const Arith<T>& ar, const Pair<T>& pr, in
       if (pr.lse[ri] == -std::numeric_limits<T>::infinity()) continue;
       const T* q = pr.q.data() + ri * d;
       const T* dout = pr.dout.data() + ri * dv;
-      const T prob = ar.prob(dot(q, k, d), pr.lse[ri]);
+      const auto [prob, dtanh] = ar.score(dot(q, k, d), pr.lse[ri]);
       const T dp = dot(dout, v, dv);
-      const T ds = ar.round(prob * (dp - pr.d[ri]));
+      const T ds = ar.round(prob * (dp - pr.d[ri]) * dtanh);
       const T pr_rounded = ar.round(prob);
       for (int c = 0; c < dv; ++c) dvacc[c] += pr_rounded * dout[c];
       for (int c = 0; c < d; ++c) dk[c] += ds * q[c];
@@ -204,12 +221,14 @@ void pair_gradients(const BackwardParams& p, int batch, int kv_head, double* dq,
                     double* dv, SinkTerms* sinks) {
   Pair<T> pr = make_pair<T>(p, batch, kv_head);
   const Problem problem = make_problem(pr.fwd);
-  const Arith<T> ar{p.dtype, static_cast<T>(problem.scale), static_cast<T>(problem.scale_log2)};
+  const Arith<T> ar{p.dtype, static_cast<T>(problem.scale), static_cast<T>(problem.scale_log2),
+                    static_cast<T>(problem.softcap), static_cast<T>(problem.softcap_scale)};
   // The reference uses the exact scale in fp64 (make_problem rounds it to float, as kernels do).
   Arith<T> exact = ar;
   if constexpr (!Arith<T>::kEmulate) {
     exact.scale = p.softmax_scale != 0.f ? double{p.softmax_scale}
                                          : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+    if (exact.softcap > 0) exact.softcap_scale = exact.scale / exact.softcap;
   }
   const int64_t rows = int64_t{pr.group} * pr.len_q;
   host::parallel_for(rows, [&](int, int64_t i) {

@@ -46,6 +46,7 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
   const int d = p.head_dim, dv = host::head_dim_v_of(p);
   const double scale =
       p.softmax_scale != 0.f ? double{p.softmax_scale} : 1.0 / std::sqrt(static_cast<double>(d));
+  const double softcap = p.softcap;  // soft-capping: logit = softcap·tanh(logit / softcap)
   const RowView rv = row_view(p, batch, head, row);
 
   std::vector<double> q(static_cast<size_t>(d));
@@ -58,6 +59,7 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
     double dot = 0;
     for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
     logit[j] = dot * scale;
+    if (softcap > 0) logit[j] = softcap * std::tanh(logit[j] / softcap);
     m = std::max(m, logit[j]);
   }
   // An attention sink is one more logit of the row, with no value (ForwardParams::sinks).
@@ -85,7 +87,8 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
 }
 
 // What a kernel of the input precision computes: fp32 logits, max and sum; exp2 with
-// scale·log2(e); the unnormalised P rounded to the input type before P·V (tensor cores take P in
+// scale·log2(e) (with softcap: the logit t = tanh(q·k · softcap_scale) in fp32 and exp2 with
+// softcap·log2(e), Problem's convention); the unnormalised P rounded to the input type before P·V (tensor cores take P in
 // that type); fp32 accumulation; the output divided by the fp32 sum and rounded at the end.
 // Single pass with the final max, where a kernel rescales a running max: the rounding points are
 // the same, which is what the oracle's 2·|pt - ref| budget is about.
@@ -104,6 +107,7 @@ void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, 
     if (!mask.visible(row, j)) continue;
     float dot = 0;
     for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
+    if (pr.has_softcap()) dot = std::tanh(dot * pr.softcap_scale);
     logit[j] = dot;
     m = std::max(m, dot);
   }
@@ -126,7 +130,7 @@ void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, 
   }
   // The kernels' end of the row: without a sink O / l; with one, common/sink.h.
   float inv = 1.f / sum;
-  double row_lse = m * pr.scale + std::log(sum);
+  double row_lse = m * (pr.has_softcap() ? pr.softcap : pr.scale) + std::log(sum);
   if (p.sinks != nullptr) {
     const SinkNorm n = normalize_with_sink(sum, m_scaled, p.sinks[head]);
     inv = n.inv;

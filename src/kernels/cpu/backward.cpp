@@ -5,6 +5,9 @@
 //     dV_j += P_ij dO_i,  dK_j += scale·dS_ij q_i,  dQ_i += scale·dS_ij k_j.
 // The lse includes the sink, so P is already normalised with it; the sink logit's own gradient is
 //     dsinks[h] = -sum over rows of exp(sink_h - lse_i) D_i.
+// With softcap the logit is softcap·t, t = tanh(q_i·k_j·softcap_scale): P_ij = exp(softcap·t -
+// lse_i), and dS_ij gains the factor 1 - t² (d tanh) before the dQ and dK products, which keep
+// their `scale`.
 //
 // Three passes, each output element owned by one work item, so nothing is shared between threads
 // and every sum runs in a fixed order: results are bitwise reproducible whatever the thread count
@@ -154,9 +157,22 @@ struct Scratch {
   }
 };
 
+// The logit of a raw product q·k: scale·q·k, or softcap·tanh(q·k·softcap_scale), in double.
+struct Logit {
+  double scale = 0, softcap = 0, softcap_scale = 0;
+
+  explicit Logit(const Problem& pr) : scale(pr.scale) {
+    if (pr.has_softcap()) {
+      softcap = pr.softcap;
+      softcap_scale = double{pr.scale} / pr.softcap;
+    }
+  }
+};
+
 // The five steps on one (query tile, key block) pair once S and dP are in place (rows x keys):
-// P = exp(scale·S - lse) where visible, else 0; dS = P (dP - D), in place of dP.
-void softmax_grad(const Sequence& s, double scale, int q0, int nq, int k0, int nk,
+// P = exp(logit(S) - lse) where visible, else 0; dS = P (dP - D) (times 1 - t² with softcap), in
+// place of dP.
+void softmax_grad(const Sequence& s, const Logit& lg, int q0, int nq, int k0, int nk,
                   const double* lse, const double* d, double* s_tile, double* dp_tile) {
   const bool all_visible = s.mask.tile_all_visible(q0, q0 + nq, k0, k0 + nk);
   for (int r = 0; r < kTile; ++r) {
@@ -169,9 +185,19 @@ void softmax_grad(const Sequence& s, double scale, int q0, int nq, int k0, int n
       std::fill(dprow, dprow + kTile, 0.0);
       continue;
     }
+    if (lg.softcap > 0) {
+      for (int c = 0; c < kTile; ++c) {
+        const bool seen = c < nk && (all_visible || s.mask.visible(q0 + r, k0 + c));
+        const double t = std::tanh(srow[c] * lg.softcap_scale);
+        const double p = seen ? std::exp(lg.softcap * t - lse[r]) : 0.0;
+        srow[c] = p;
+        dprow[c] = p * (dprow[c] - d[r]) * (1.0 - t * t);
+      }
+      continue;
+    }
     for (int c = 0; c < kTile; ++c) {
       const bool seen = c < nk && (all_visible || s.mask.visible(q0 + r, k0 + c));
-      const double p = seen ? std::exp(scale * srow[c] - lse[r]) : 0.0;
+      const double p = seen ? std::exp(lg.scale * srow[c] - lse[r]) : 0.0;
       srow[c] = p;
       dprow[c] = p * (dprow[c] - d[r]);
     }
@@ -215,7 +241,7 @@ void dq_tile(const BackwardProblem& bp, const Sequence& s, int head, int q0,
     std::fill(ws.dp.begin(), ws.dp.end(), 0.0);
     gemm_accumulate(ws.a.data(), d, ws.x_t.data(), kTile, ws.s.data(), kTile, kTile, kTile, d);
     gemm_accumulate(ws.b.data(), dv, ws.y_t.data(), kTile, ws.dp.data(), kTile, kTile, kTile, dv);
-    softmax_grad(s, pr.scale, q0, nq, k0, nk, ws.lse.data(), ws.d.data(), ws.s.data(),
+    softmax_grad(s, Logit(pr), q0, nq, k0, nk, ws.lse.data(), ws.d.data(), ws.s.data(),
                  ws.dp.data());
     gemm_accumulate(ws.dp.data(), kTile, ws.x.data(), d, ws.acc1.data(), d, kTile, d, kTile);
   }
@@ -257,7 +283,7 @@ void dkv_tile(const BackwardProblem& bp, const Sequence& s, int kv_head, int k0,
       std::fill(ws.dp.begin(), ws.dp.end(), 0.0);
       gemm_accumulate(ws.a.data(), d, ws.x_t.data(), kTile, ws.s.data(), kTile, kTile, kTile, d);
       gemm_accumulate(ws.b.data(), dv, ws.y_t.data(), kTile, ws.dp.data(), kTile, kTile, kTile, dv);
-      softmax_grad(s, pr.scale, q0, nq, k0, nk, ws.lse.data(), ws.d.data(), ws.s.data(),
+      softmax_grad(s, Logit(pr), q0, nq, k0, nk, ws.lse.data(), ws.d.data(), ws.s.data(),
                    ws.dp.data());
       // Pᵀ and dSᵀ go where Qᵀ and dOᵀ were (no longer needed).
       transpose(ws.s.data(), kTile, ws.a_t.data());

@@ -3,7 +3,9 @@
 // keeping a running max m and sum l per row in fp32:
 //     S = Q·Kᵀ (Q pre-scaled by scale·log2 e),  m' = max(m, rowmax S),  P = 2^(S - m'),
 //     l = l·2^(m - m') + rowsum P,  O = O·2^(m - m') + P·V
-// and at the end writes O / l in the output type and LSE = (m + log2 l)·ln 2. Unlike a GPU
+// and at the end writes O / l in the output type and LSE = (m + log2 l)·ln 2. With softcap, Q is
+// pre-scaled by softcap_scale instead and each logit becomes scale_log2·tanh(q·k·softcap_scale),
+// scale_log2 being softcap·log2(e) then (Problem's convention). Unlike a GPU
 // kernel, P stays in fp32 (there are no 16-bit tensor-core operands to feed), so this backend is
 // a little more accurate than the emulated kernel the oracle compares against.
 //
@@ -157,8 +159,10 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
   const auto* vbase = static_cast<const uint16_t*>(pr.v);
 
   std::fill(ws.q.begin(), ws.q.end(), 0.f);
+  const bool softcap = pr.has_softcap();
   load_rows(qbase + batch * pr.q_stride[0] + q0 * pr.q_stride[1] + head * pr.q_stride[2],
-            pr.q_stride[1], nq, d, pr.dtype, pr.scale_log2, ws.q.data(), d);
+            pr.q_stride[1], nq, d, pr.dtype, softcap ? pr.softcap_scale : pr.scale_log2,
+            ws.q.data(), d);
   std::fill(ws.o.begin(), ws.o.end(), 0.f);
   std::fill(ws.m.begin(), ws.m.end(), kNegInf);
   std::fill(ws.l.begin(), ws.l.end(), 0.f);
@@ -183,6 +187,8 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
     const bool all_visible = pr.mask.tile_all_visible(q0, q0 + nq, j0, j0 + nk);
     for (int r = 0; r < nq; ++r) {
       float* s_row = ws.s.data() + ptrdiff_t{r} * kTileK;
+      if (softcap)
+        for (int c = 0; c < nk; ++c) s_row[c] = pr.scale_log2 * std::tanh(s_row[c]);
       std::fill(s_row + nk, s_row + kTileK, kNegInf);
       if (!all_visible)
         for (int c = 0; c < nk; ++c)
