@@ -65,7 +65,8 @@ enum {
 };
 
 /* The forward parameters: 64 bytes of 32-bit fields, then 8-byte fields, so that the layout has
- * no implicit padding. Version 1 was 256 bytes on LP64; version 2 appends `sinks` (264). Strides
+ * no implicit padding. Version 1 was 256 bytes on LP64; version 2 appends `sinks` (264); version
+ * 3 appends `softcap` and a `reserved2` that keeps the size a multiple of 8 (272). Strides
  * are in elements, ordered (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total,
  * heads, dim) and stride[0] is ignored. */
 typedef struct flashattn_c_fwd_params {
@@ -100,6 +101,9 @@ typedef struct flashattn_c_fwd_params {
   int64_t o_stride[4];
   /* Version 2 (264 bytes): */
   const float* sinks; /* optional fp32 (heads_q,): ForwardParams::sinks */
+  /* Version 3 (272 bytes): */
+  float softcap;      /* 0: off; else > 0: ForwardParams::softcap */
+  uint32_t reserved2; /* must be 0 */
 } flashattn_c_fwd_params;
 
 /* Validates and runs (asynchronously on `stream` for GPU kernels). Returns a status code. */
@@ -131,7 +135,8 @@ FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
 
 /* The decode parameters (flashattn::DecodeParams, decode.h: the fields mean what the same-named
  * fields there mean; `struct_size` as above): 80 bytes of 32-bit fields, then pointers and 64-bit
- * fields, no implicit padding (368 bytes on LP64 in version 1; version 2 appends `sinks`, 376).
+ * fields, no implicit padding (368 bytes on LP64 in version 1; version 2 appends `sinks`, 376;
+ * version 3 `softcap` and `reserved2`, 384).
  * Strides are in elements, ordered (batch, seqlen, heads, dim); the cache's are (cache row or
  * page, row in it, heads, dim). The caches are written in place when k_new/v_new are given. */
 typedef struct flashattn_c_decode_params {
@@ -176,6 +181,9 @@ typedef struct flashattn_c_decode_params {
   int64_t v_new_stride[4];
   /* Version 2 (376 bytes): */
   const float* sinks; /* optional fp32 (heads_q,) device memory: DecodeParams::sinks */
+  /* Version 3 (384 bytes): */
+  float softcap;      /* 0: off; else > 0: DecodeParams::softcap */
+  uint32_t reserved2; /* must be 0 */
 } flashattn_c_decode_params;
 
 /* Validates, appends k_new/v_new into the caches and runs decode attention (asynchronously on
@@ -192,7 +200,7 @@ FLASHATTN_C_EXPORT size_t flashattn_c_decode_params_size(void);
 
 /* The backward parameters (flashattn::BackwardParams, backward.h; `struct_size` as above):
  * 64 bytes of 32-bit fields, then pointers and 64-bit strides, no implicit padding (432 bytes on
- * LP64 in version 1). Strides are in elements, ordered (batch, seqlen, heads, dim); with
+ * LP64 in version 1; version 2 appends `softcap` and `reserved2`, 440). Strides are in elements, ordered (batch, seqlen, heads, dim); with
  * cu_seqlens the tensors are (total, heads, dim) and stride[0] is ignored. */
 typedef struct flashattn_c_bwd_params {
   uint32_t struct_size; /* sizeof(flashattn_c_bwd_params) as the caller knows it */
@@ -234,6 +242,9 @@ typedef struct flashattn_c_bwd_params {
   int64_t dq_stride[4];
   int64_t dk_stride[4];
   int64_t dv_stride[4];
+  /* Version 2 (440 bytes): */
+  float softcap;      /* 0: off; else > 0: the forward's softcap */
+  uint32_t reserved2; /* must be 0 */
 } flashattn_c_bwd_params;
 
 /* Validates and runs the backward (asynchronously on `stream` for GPU kernels). */

@@ -27,7 +27,7 @@ class UnsupportedError(ValueError):
 
 
 class Params(ctypes.Structure):
-    """Mirror of flashattn_c_fwd_params, version 2 (264 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_fwd_params, version 3 (272 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -59,17 +59,19 @@ class Params(ctypes.Structure):
         ("v_stride", ctypes.c_int64 * 4),
         ("o_stride", ctypes.c_int64 * 4),
         ("sinks", ctypes.c_void_p),  # version 2
+        ("softcap", ctypes.c_float),  # version 3
+        ("reserved2", ctypes.c_uint32),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(Params), **fields)
 
 
-assert ctypes.sizeof(Params) == 264 and Params.q.offset == 64 and Params.q_stride.offset == 128
+assert ctypes.sizeof(Params) == 272 and Params.q.offset == 64 and Params.q_stride.offset == 128
 
 
 class DecodeParams(ctypes.Structure):
-    """Mirror of flashattn_c_decode_params, version 2 (376 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_decode_params, version 3 (384 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -111,18 +113,20 @@ class DecodeParams(ctypes.Structure):
         ("k_new_stride", ctypes.c_int64 * 4),
         ("v_new_stride", ctypes.c_int64 * 4),
         ("sinks", ctypes.c_void_p),  # version 2
+        ("softcap", ctypes.c_float),  # version 3
+        ("reserved2", ctypes.c_uint32),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(DecodeParams), **fields)
 
 
-assert (ctypes.sizeof(DecodeParams) == 376 and DecodeParams.q.offset == 80
+assert (ctypes.sizeof(DecodeParams) == 384 and DecodeParams.q.offset == 80
         and DecodeParams.q_stride.offset == 176)
 
 
 class BwdParams(ctypes.Structure):
-    """Mirror of flashattn_c_bwd_params, version 1 (432 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_bwd_params, version 2 (440 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -163,13 +167,15 @@ class BwdParams(ctypes.Structure):
         ("dq_stride", ctypes.c_int64 * 4),
         ("dk_stride", ctypes.c_int64 * 4),
         ("dv_stride", ctypes.c_int64 * 4),
+        ("softcap", ctypes.c_float),  # version 2
+        ("reserved2", ctypes.c_uint32),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(BwdParams), **fields)
 
 
-assert (ctypes.sizeof(BwdParams) == 432 and BwdParams.q.offset == 64
+assert (ctypes.sizeof(BwdParams) == 440 and BwdParams.q.offset == 64
         and BwdParams.q_stride.offset == 176)
 
 

@@ -19,7 +19,8 @@ from . import _checks, ops
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    return_lse=False, kernel="auto", *, sinks=None, deterministic=False):
+                    return_lse=False, kernel="auto", *, sinks=None, deterministic=False,
+                    softcap=0.0):
     """Attention over (batch, seqlen, heads, head_dim) tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k: (batch, seqlen_k, heads_kv, head_dim);
@@ -34,7 +35,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     query head, in the units of the scaled scores, that joins every row's softmax denominator and
     contributes no value (families k6, fa2, cpu). Runs on the current CUDA stream of the tensors'
     device. deterministic: the backward accumulates in a fixed order, so that repeated calls give
-    bitwise identical gradients (the forward always is).
+    bitwise identical gradients (the forward always is). softcap: flash-attn's logit
+    soft-capping (Gemma-2/3, Grok): 0 off; else > 0, the scaled scores become
+    softcap * tanh(scores / softcap) before masking and softmax (families k6, fa2, cpu; the
+    backward on fa2 and cpu).
 
     Differentiable: gradients flow to q, k, v and sinks where they require them (the backward
     reads this call's out and lse, saved by autograd); the returned lse carries none.
@@ -47,13 +51,15 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     _checks.dense(q, k, v)
     left, right = _checks.window(window_size)
     out, lse = ops.fwd(q, k, v, 0.0 if softmax_scale is None else float(softmax_scale),
-                       bool(causal), left, right, kernel, sinks, bool(deterministic))
+                       bool(causal), left, right, kernel, sinks, bool(deterministic),
+                       float(softcap))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1),
-                           return_lse=False, kernel="auto", *, sinks=None, deterministic=False):
+                           return_lse=False, kernel="auto", *, sinks=None, deterministic=False,
+                           softcap=0.0):
     """Attention over packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k: (total_k, heads_kv, head_dim);
@@ -61,7 +67,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     sums of the sequence lengths on q's device (sequence b is rows cu[b]..cu[b+1]-1; empty
     sequences allowed). max_seqlen_q/max_seqlen_k: the longest sequence (no sequence may be
     longer). Masks apply per sequence. Needs a family with variable-length support (fa2, k3-k6);
-    others raise flashattn.UnsupportedError. sinks, deterministic and gradients: as
+    others raise flashattn.UnsupportedError. sinks, deterministic, softcap and gradients: as
     flash_attn_func (the backward needs a variable-length backward family: fa2).
 
     Returns out (total_q, heads_q, head_dim_v); with return_lse, (out, lse), lse (heads_q,
@@ -72,14 +78,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, lse = ops.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                               int(max_seqlen_k),
                               0.0 if softmax_scale is None else float(softmax_scale),
-                              bool(causal), left, right, kernel, sinks, bool(deterministic))
+                              bool(causal), left, right, kernel, sinks, bool(deterministic),
+                              float(softcap))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                             cache_batch_idx=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), num_splits=0,
-                            return_softmax_lse=False, *, check_indices=False, sinks=None):
+                            return_softmax_lse=False, *, check_indices=False, sinks=None,
+                            softcap=0.0):
     """Decode: a few new query tokens against a KV cache, as flash-attn's function of this name
     (without its rotary and alibi arguments). CUDA tensors only.
 
@@ -96,7 +104,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     flash-attn): copy the index tensors to the host first and raise ValueError for one out of
     range (synchronises the stream, so not inside a CUDA graph); off, out-of-range indices are
     never dereferenced but the result is unspecified. sinks: as flash_attn_func (fp32 (heads_q,)
-    on q's device).
+    on q's device). softcap: as flash_attn_func.
 
     Returns out (batch, seqlen_q, heads_q, head_dim); with return_softmax_lse, (out, lse), lse
     (batch, heads_q, seqlen_q) fp32, natural log, -inf for rows that see no key.
@@ -113,5 +121,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     out, lse = ops.fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                block_table, 0.0 if softmax_scale is None else float(softmax_scale),
                                bool(causal), left, right, int(num_splits), bool(check_indices),
-                               sinks)
+                               sinks, float(softcap))
     return (out, lse) if return_softmax_lse else out

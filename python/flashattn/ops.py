@@ -81,12 +81,13 @@ def _run(params, q, kernel, call=None):
 @torch.library.custom_op(
     "flashattn::fwd", mutates_args=(),
     schema="(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
-           "int window_right, str kernel, Tensor? sinks=None, bool deterministic=False) "
-           "-> (Tensor, Tensor)")
+           "int window_right, str kernel, Tensor? sinks=None, bool deterministic=False, "
+           "float softcap=0.0) -> (Tensor, Tensor)")
 def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
-        deterministic=False):
+        deterministic=False, softcap=0.0):
     """out (batch, seqlen_q, heads_q, head_dim_v) and lse (batch, heads_q, seqlen_q), fp32.
-    `deterministic` is the backward's (the forward is always deterministic)."""
+    `deterministic` is the backward's (the forward is always deterministic). softcap: 0 off, else
+    scores become softcap * tanh(scores / softcap) (ForwardParams::softcap)."""
     _checks.dense(q, k, v)  # again, for callers of torch.ops.flashattn.fwd itself
     _checks.sinks(sinks, q, q.shape[2])
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
@@ -102,7 +103,7 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks
     params = _lib.Params(
         dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
         causal=int(causal), window_left=window_left, window_right=window_right,
-        q=_ptr(q), k=kv_ptr(k), v=kv_ptr(v), o=_ptr(out), lse=_ptr(lse),
+        softcap=softcap, q=_ptr(q), k=kv_ptr(k), v=kv_ptr(v), o=_ptr(out), lse=_ptr(lse),
         q_stride=(_lib.ctypes.c_int64 * 4)(*_strides(q)),
         k_stride=(_lib.ctypes.c_int64 * 4)(*_strides(k)),
         v_stride=(_lib.ctypes.c_int64 * 4)(*_strides(v)),
@@ -116,7 +117,7 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks
 
 @fwd.register_fake
 def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
-      deterministic=False):
+      deterministic=False, softcap=0.0):
     batch, seqlen_q, heads_q, _ = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, v.shape[-1]))
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
@@ -129,9 +130,10 @@ def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=N
     schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
            "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
            "int window_left, int window_right, str kernel, Tensor? sinks=None, "
-           "bool deterministic=False) -> (Tensor, Tensor)")
+           "bool deterministic=False, float softcap=0.0) -> (Tensor, Tensor)")
 def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-               causal, window_left, window_right, kernel, sinks=None, deterministic=False):
+               causal, window_left, window_right, kernel, sinks=None, deterministic=False,
+               softcap=0.0):
     """out (total_q, heads_q, head_dim_v) and lse (heads_q, total_q), fp32. `deterministic` is
     the backward's."""
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -151,7 +153,7 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     params = _lib.Params(
         dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
         causal=int(causal), window_left=window_left, window_right=window_right,
-        q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), lse=_ptr(lse),
+        softcap=softcap, q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), lse=_ptr(lse),
         cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
         q_stride=packed(q), k_stride=packed(k), v_stride=packed(v), o_stride=packed(out))
     if sinks is not None:
@@ -163,7 +165,7 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
 
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, kernel, sinks=None, deterministic=False):
+      window_left, window_right, kernel, sinks=None, deterministic=False, softcap=0.0):
     total_q, heads_q, _ = q.shape
     out = q.new_empty((total_q, heads_q, v.shape[-1]))
     lse = q.new_empty((heads_q, total_q), dtype=torch.float32)
@@ -179,10 +181,10 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
     schema="(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
            "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, "
            "float softmax_scale, bool causal, int window_left, int window_right, int num_splits, "
-           "bool check_indices, Tensor? sinks=None) -> (Tensor, Tensor)")
+           "bool check_indices, Tensor? sinks=None, float softcap=0.0) -> (Tensor, Tensor)")
 def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
                 softmax_scale, causal, window_left, window_right, num_splits, check_indices,
-                sinks=None):
+                sinks=None, softcap=0.0):
     """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), fp32."""
     _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table)
     _checks.sinks(sinks, q, q.shape[2])
@@ -206,7 +208,7 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
     params = _lib.DecodeParams(
         dtype=_checks.DTYPE_CODES[q.dtype], **dims, **layout, softmax_scale=softmax_scale,
         causal=int(causal), window_left=window_left, window_right=window_right,
-        check_indices=int(check_indices),
+        check_indices=int(check_indices), softcap=softcap,
         q=_ptr(q), o=_ptr(out), lse=_ptr(lse), k_cache=_ptr(k_cache), v_cache=_ptr(v_cache),
         cache_seqlens=_ptr(cache_seqlens), q_stride=strides(q), o_stride=strides(out),
         k_cache_stride=strides(k_cache), v_cache_stride=strides(v_cache))
@@ -230,7 +232,7 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
-      causal, window_left, window_right, num_splits, check_indices, sinks=None):
+      causal, window_left, window_right, num_splits, check_indices, sinks=None, softcap=0.0):
     batch, seqlen_q, heads_q, _ = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
@@ -258,13 +260,13 @@ def _zero(*tensors):
     "flashattn::bwd", mutates_args=(),
     schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
            "float softmax_scale, bool causal, int window_left, int window_right, "
-           "bool deterministic, str kernel, Tensor? sinks=None) "
+           "bool deterministic, str kernel, Tensor? sinks=None, float softcap=0.0) "
            "-> (Tensor, Tensor, Tensor, Tensor)")
 def bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic,
-        kernel, sinks=None):
+        kernel, sinks=None, softcap=0.0):
     """dq, dk, dv (the shapes and dtype of q, k, v; contiguous) and dsinks (fp32 (heads_q,), or
     (0,) without sinks), given the forward's inputs, its out and lse, and dout = dL/dout. The
-    mask, scale and sinks must be the forward's."""
+    mask, scale, sinks and softcap must be the forward's."""
     _checks.dense(q, k, v)
     _checks.sinks(sinks, q, q.shape[2])
     batch, seqlen_q, heads_q, _ = q.shape
@@ -282,7 +284,7 @@ def bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_righ
     params = _lib.BwdParams(
         dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
         causal=int(causal), window_left=window_left, window_right=window_right,
-        deterministic=int(deterministic),
+        deterministic=int(deterministic), softcap=softcap,
         q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), dout=_ptr(dout), lse=_ptr(lse),
         dq=_ptr(dq), dk=_ptr(dk), dv=_ptr(dv),
         q_stride=strides(q), k_stride=strides(k), v_stride=strides(v), o_stride=strides(out),
@@ -297,7 +299,7 @@ def bwd(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_righ
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, deterministic,
-      kernel, sinks=None):
+      kernel, sinks=None, softcap=0.0):
     return _backward_outputs(q, k, v, sinks)
 
 
@@ -307,11 +309,11 @@ def _(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
     schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
            "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
            "float softmax_scale, bool causal, int window_left, int window_right, "
-           "bool deterministic, str kernel, Tensor? sinks=None) "
+           "bool deterministic, str kernel, Tensor? sinks=None, float softcap=0.0) "
            "-> (Tensor, Tensor, Tensor, Tensor)")
 def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                softmax_scale, causal, window_left, window_right, deterministic, kernel,
-               sinks=None):
+               sinks=None, softcap=0.0):
     """flashattn::bwd over packed sequences: q, dq (total_q, heads_q, head_dim), k, v, dk, dv
     (total_k, heads_kv, ...), out, dout (total_q, heads_q, head_dim_v), lse (heads_q, total_q)."""
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -334,7 +336,7 @@ def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     params = _lib.BwdParams(
         dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
         causal=int(causal), window_left=window_left, window_right=window_right,
-        deterministic=int(deterministic),
+        deterministic=int(deterministic), softcap=softcap,
         q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), dout=_ptr(dout), lse=_ptr(lse),
         dq=_ptr(dq), dk=_ptr(dk), dv=_ptr(dv),
         cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
@@ -350,7 +352,8 @@ def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 
 @varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      softmax_scale, causal, window_left, window_right, deterministic, kernel, sinks=None):
+      softmax_scale, causal, window_left, window_right, deterministic, kernel, sinks=None,
+      softcap=0.0):
     return _backward_outputs(q, k, v, sinks)
 
 
@@ -379,8 +382,9 @@ def _save(ctx, q, k, v, out, lse, sinks, sinks_index, *extra):
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, scale, causal, left, right, kernel, sinks, deterministic = inputs
+    q, k, v, scale, causal, left, right, kernel, sinks, deterministic, softcap = inputs
     _save(ctx, q, k, v, *output, sinks, 8)
+    ctx.softcap = softcap
     ctx.args = (scale, bool(causal), left, right, bool(deterministic), backward_kernel(kernel))
 
 
@@ -388,14 +392,15 @@ def _fwd_backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, sinks = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    grads = bwd(grad_out, q, k, v, out, lse, *ctx.args, sinks)
+    grads = bwd(grad_out, q, k, v, out, lse, *ctx.args, sinks, ctx.softcap)
     return _gradients(ctx, *grads)
 
 
 def _varlen_setup_context(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right, kernel, sinks,
-     deterministic) = inputs
+     deterministic, softcap) = inputs
     _save(ctx, q, k, v, *output, sinks, 12, cu_q, cu_k)
+    ctx.softcap = softcap
     ctx.args = (max_q, max_k, scale, bool(causal), left, right, bool(deterministic),
                 backward_kernel(kernel))
 
@@ -404,7 +409,7 @@ def _varlen_backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, sinks, cu_q, cu_k = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    grads = varlen_bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.args, sinks)
+    grads = varlen_bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.args, sinks, ctx.softcap)
     return _gradients(ctx, *grads)
 
 

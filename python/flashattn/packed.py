@@ -4,8 +4,8 @@ Each function slices the packed tensor into views (no copy: the library takes an
 last one is 1) and calls flash_attn_func or flash_attn_varlen_func of flashattn.interface, so the
 result is exactly that of the unpacked call on the same data, and so are the gradients: autograd
 takes dq, dk and dv back through the views into one gradient of the packed tensor, laid out as
-it is. `deterministic` is the unpacked functions'. Keywords these functions do not
-name (kernel-independent options added to the interface later) are passed through unchanged.
+it is. `deterministic` and `softcap` are the unpacked functions'. Keywords these functions do
+not name (kernel-independent options added to the interface later) are passed through unchanged.
 
 The layouts are flash-attn 2's, (..., 3, heads, head_dim) and (..., 2, heads_kv, head_dim), and
 for the qkv functions also FlashAttention-3's GQA form (..., heads_q + 2 * heads_kv, head_dim)
@@ -76,7 +76,8 @@ def _unpack_kv(kv, rank, tokens):
 
 def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, window_size=(-1, -1),
                               return_lse=False, kernel="auto", *, num_heads_q=None,
-                              deterministic=False, **kwargs):
+                              deterministic=False, softcap=0.0,
+                              **kwargs):
     """Self-attention over q, k and v packed in one tensor (flash-attn's function of this name).
 
     qkv: (batch, seqlen, 3, heads, head_dim) as flash-attn 2, or FlashAttention-3's GQA form
@@ -91,11 +92,13 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, window_size
     q, k, v = _unpack_qkv(qkv, num_heads_q, 5, "batch, seqlen")
     return interface.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                                      window_size=window_size, return_lse=return_lse,
-                                     kernel=kernel, deterministic=deterministic, **kwargs)
+                                     kernel=kernel, deterministic=deterministic, softcap=softcap,
+                                     **kwargs)
 
 
 def flash_attn_kvpacked_func(q, kv, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             return_lse=False, kernel="auto", *, deterministic=False, **kwargs):
+                             return_lse=False, kernel="auto", *, deterministic=False, softcap=0.0,
+                             **kwargs):
     """Attention with k and v packed in one tensor (flash-attn's function of this name).
 
     q: (batch, seqlen_q, heads_q, head_dim); kv: (batch, seqlen_k, 2, heads_kv, head_dim), k and
@@ -108,13 +111,14 @@ def flash_attn_kvpacked_func(q, kv, softmax_scale=None, causal=False, window_siz
     k, v = _unpack_kv(kv, 5, "batch, seqlen_k")
     return interface.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                                      window_size=window_size, return_lse=return_lse,
-                                     kernel=kernel, deterministic=deterministic, **kwargs)
+                                     kernel=kernel, deterministic=deterministic, softcap=softcap,
+                                     **kwargs)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, softmax_scale=None,
                                      causal=False, window_size=(-1, -1), return_lse=False,
                                      kernel="auto", *, num_heads_q=None, deterministic=False,
-                                     **kwargs):
+                                     softcap=0.0, **kwargs):
     """Self-attention over packed sequences of different lengths, q, k and v in one tensor.
 
     qkv: (total, 3, heads, head_dim), or the GQA form (total, num_heads_q + 2 * heads_kv,
@@ -130,13 +134,15 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, softmax_scale=
                                             max_seqlen, softmax_scale=softmax_scale,
                                             causal=causal, window_size=window_size,
                                             return_lse=return_lse, kernel=kernel,
-                                            deterministic=deterministic, **kwargs)
+                                            deterministic=deterministic, softcap=softcap,
+                                            **kwargs)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, softmax_scale=None, causal=False,
                                     window_size=(-1, -1), return_lse=False, kernel="auto", *,
-                                    deterministic=False, **kwargs):
+                                    deterministic=False, softcap=0.0,
+                                    **kwargs):
     """Attention over packed sequences of different lengths, k and v in one tensor.
 
     q: (total_q, heads_q, head_dim); kv: (total_k, 2, heads_kv, head_dim), k and v taken as
@@ -150,4 +156,5 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                             max_seqlen_k, softmax_scale=softmax_scale,
                                             causal=causal, window_size=window_size,
                                             return_lse=return_lse, kernel=kernel,
-                                            deterministic=deterministic, **kwargs)
+                                            deterministic=deterministic, softcap=softcap,
+                                            **kwargs)

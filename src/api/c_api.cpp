@@ -41,27 +41,31 @@ static_assert(FLASHATTN_C_KERNEL_K8 == static_cast<int>(Kernel::k8));
 static_assert(std::size(kAllKernels) == FLASHATTN_C_KERNEL_K8 + 1);
 
 // The struct's layout; the Python mirror (python/flashattn/_lib.py) checks the same numbers.
-// Version 1 ended at 256 bytes (before `sinks`): callers built against it still run, with no
-// sinks (read_versioned zero-fills the tail they do not know).
+// Version 1 ended at 256 bytes (before `sinks`), version 2 at 264 (before `softcap`): callers
+// built against them still run, with no sinks and no softcap (read_versioned zero-fills the tail
+// they do not know). `reserved2` pads version 3 to a multiple of 8 bytes.
 static_assert(offsetof(flashattn_c_fwd_params, q) == 64);
 static_assert(offsetof(flashattn_c_fwd_params, q_stride) == 128);
 constexpr size_t kV1Size = 256;
 static_assert(offsetof(flashattn_c_fwd_params, sinks) == kV1Size);
-static_assert(sizeof(flashattn_c_fwd_params) == 264);
+static_assert(offsetof(flashattn_c_fwd_params, softcap) == 264);  // version 2's size
+static_assert(sizeof(flashattn_c_fwd_params) == 272);
 
 // The decode struct's layout; version 1 ended at 368 bytes (before `sinks`).
 static_assert(offsetof(flashattn_c_decode_params, q) == 80);
 static_assert(offsetof(flashattn_c_decode_params, q_stride) == 176);
 constexpr size_t kDecodeV1Size = 368;
 static_assert(offsetof(flashattn_c_decode_params, sinks) == kDecodeV1Size);
-static_assert(sizeof(flashattn_c_decode_params) == 376);
+static_assert(offsetof(flashattn_c_decode_params, softcap) == 376);  // version 2's size
+static_assert(sizeof(flashattn_c_decode_params) == 384);
 
 // The backward struct's layout (version 1: 432 bytes; its sixteenth 32-bit field is
 // `deterministic`, so it has no `reserved`).
 static_assert(offsetof(flashattn_c_bwd_params, q) == 64);
 static_assert(offsetof(flashattn_c_bwd_params, q_stride) == 176);
 constexpr size_t kBwdV1Size = 432;
-static_assert(sizeof(flashattn_c_bwd_params) == kBwdV1Size);
+static_assert(offsetof(flashattn_c_bwd_params, softcap) == kBwdV1Size);
+static_assert(sizeof(flashattn_c_bwd_params) == 440);
 
 // ---- the field lists ---------------------------------------------------------------------------
 // Every field of each C struct, in declaration order, as HEADER(c_name) (read by read_versioned,
@@ -80,7 +84,7 @@ static_assert(sizeof(flashattn_c_bwd_params) == kBwdV1Size);
   FIELD(k, k.data) FIELD(v, v.data) FIELD(o, o.data) FIELD(lse, lse)                            \
   FIELD(cu_seqlens_q, cu_seqlens_q) FIELD(cu_seqlens_k, cu_seqlens_k) FIELD(stream, stream)     \
   FIELD(q_stride, q.stride) FIELD(k_stride, k.stride) FIELD(v_stride, v.stride)                 \
-  FIELD(o_stride, o.stride) FIELD(sinks, sinks)
+  FIELD(o_stride, o.stride) FIELD(sinks, sinks) FIELD(softcap, softcap) HEADER(reserved2)
 
 #define FLASHATTN_C_DECODE_FIELDS(HEADER, FIELD)                                                \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
@@ -96,7 +100,8 @@ static_assert(sizeof(flashattn_c_bwd_params) == kBwdV1Size);
   FIELD(stream, stream) FIELD(page_table_stride, page_table_stride) FIELD(q_stride, q.stride)   \
   FIELD(o_stride, o.stride) FIELD(k_cache_stride, k_cache.stride)                               \
   FIELD(v_cache_stride, v_cache.stride) FIELD(k_new_stride, k_new.stride)                       \
-  FIELD(v_new_stride, v_new.stride) FIELD(sinks, sinks)
+  FIELD(v_new_stride, v_new.stride) FIELD(sinks, sinks) FIELD(softcap, softcap)              \
+  HEADER(reserved2)
 
 #define FLASHATTN_C_BWD_FIELDS(HEADER, FIELD)                                                   \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
@@ -110,7 +115,7 @@ static_assert(sizeof(flashattn_c_bwd_params) == kBwdV1Size);
   FIELD(dsinks, dsinks) FIELD(stream, stream) FIELD(q_stride, q.stride)                         \
   FIELD(k_stride, k.stride) FIELD(v_stride, v.stride) FIELD(o_stride, o.stride)                 \
   FIELD(dout_stride, dout.stride) FIELD(dq_stride, dq.stride) FIELD(dk_stride, dk.stride)       \
-  FIELD(dv_stride, dv.stride)
+  FIELD(dv_stride, dv.stride) FIELD(softcap, softcap) HEADER(reserved2)
 // clang-format on
 
 // The C type of a field, as flashattn_c_field names it.
@@ -191,7 +196,7 @@ Status invalid(std::string msg) {
 }
 
 // The checks every versioned params struct of the ABI shares: non-null, at least version 1's
-// size, reserved 0 (where the struct has it), a known dtype. Only the caller's prefix is read: a
+// size, reserved and reserved2 0 (where the struct has them), a known dtype. Only the caller's prefix is read: a
 // larger struct from a newer caller keeps its unknown tail to itself; every field of version 1 is
 // required.
 template <class CParams>
@@ -205,6 +210,9 @@ Status read_versioned(const CParams* in, size_t v1_size, const char* type, CPara
   if constexpr (requires { out.reserved; }) {
     if (out.reserved != 0)
       return invalid("reserved: must be 0, got " + std::to_string(out.reserved));
+  }
+  if (out.reserved2 != 0) {  // zero when the caller's struct ends before it
+    return invalid("reserved2: must be 0, got " + std::to_string(out.reserved2));
   }
   if (out.dtype < FLASHATTN_C_BF16 || out.dtype > FLASHATTN_C_E5M2) {
     return invalid(

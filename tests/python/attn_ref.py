@@ -112,13 +112,18 @@ def _probs(logits, sinks):
     return (p[..., :sk], p[..., sk]) if sinks is not None else (p, None)
 
 
-def _logits(qf, kf, scale, causal, window):
+def _logits(qf, kf, scale, causal, window, softcap=0.0):
+    """scale * q k (softcap * tanh(scale * q k / softcap) with softcap), -inf where masked."""
     sq, sk = qf.shape[2], kf.shape[2]
     mask = visible_mask(sq, sk, causal, window, qf.device)
-    return ((qf @ kf.transpose(-1, -2)) * scale).masked_fill(~mask, float("-inf"))
+    logits = (qf @ kf.transpose(-1, -2)) * scale
+    if softcap:
+        logits = softcap * torch.tanh(logits / softcap)
+    return logits.masked_fill(~mask, float("-inf"))
 
 
-def reference_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None):
+def reference_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None,
+                    softcap=0.0):
     """Exact gradients: attention in fp64 on the (rounded) inputs, differentiated by autograd.
     Returns {"dq", "dk", "dv"[, "dsinks"]} fp64 in the inputs' layouts."""
     scale = q.shape[3] ** -0.5 if scale is None else scale
@@ -130,19 +135,22 @@ def reference_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), si
     qf = qd.transpose(1, 2)
     kf = kd.repeat_interleave(group, dim=2).transpose(1, 2)
     vf = vd.repeat_interleave(group, dim=2).transpose(1, 2)
-    p, _ = _probs(_logits(qf, kf, scale, causal, window), leaves[3] if sinks is not None else None)
+    p, _ = _probs(_logits(qf, kf, scale, causal, window, softcap),
+                  leaves[3] if sinks is not None else None)
     out = (p @ vf).transpose(1, 2)
     grads = torch.autograd.grad(out, leaves, dout.double())
     return dict(zip(("dq", "dk", "dv", "dsinks"), grads))
 
 
-def pt_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None, out=None):
+def pt_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None, out=None,
+             softcap=0.0):
     """The backward as a kernel in the input precision computes it: fp32 math on the rounded
     inputs; D = rowsum(dO * O) from the output as the forward stored it (`out`, the forward
     under test's, when given; else computed here with P rounded before P V and O rounded to the
     dtype); P rounded before dV = P^T dO; dS = P * (dP - D) rounded before dQ = dS K and
     dK = dS^T Q; dq, dk, dv rounded to the dtype; GQA's dK/dV summed over the group in fp32;
-    dsinks = -sum over rows of P_sink * D. Returns fp32 tensors."""
+    dsinks = -sum over rows of P_sink * D; with softcap, dS also times 1 - t^2 (t the tanh)
+    before its rounding. Returns fp32 tensors."""
     dt = q.dtype
     scale = q.shape[3] ** -0.5 if scale is None else scale
     b, sq, hq, _ = q.shape
@@ -152,14 +160,17 @@ def pt_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=Non
     kf = k.float().repeat_interleave(group, dim=2).transpose(1, 2)
     vf = v.float().repeat_interleave(group, dim=2).transpose(1, 2)
     dof = dout.float().transpose(1, 2)
-    p, p_sink = _probs(_logits(qf, kf, scale, causal, window), sinks)
+    p, p_sink = _probs(_logits(qf, kf, scale, causal, window, softcap), sinks)
     if out is None:
         o = (p.to(dt).float() @ vf).to(dt).float()
     else:
         o = out.float().transpose(1, 2)
     d = (dof * o).sum(-1, keepdim=True)
     dv = p.to(dt).float().transpose(-1, -2) @ dof
-    ds = (p * (dof @ vf.transpose(-1, -2) - d)).to(dt).float()
+    ds = p * (dof @ vf.transpose(-1, -2) - d)
+    if softcap:
+        ds = ds * (1 - torch.tanh((qf @ kf.transpose(-1, -2)) * (scale / softcap)) ** 2)
+    ds = ds.to(dt).float()
     dq = scale * (ds @ kf)
     dk = scale * (ds.transpose(-1, -2) @ qf)
 
@@ -174,7 +185,7 @@ def pt_grads(q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=Non
 
 
 def check_grads(got, q, k, v, dout, scale=None, causal=False, window=(-1, -1), sinks=None,
-                out=None):
+                out=None, softcap=0.0):
     """Asserts FlashAttention's rule max|g - ref| <= 2 max|g_pt - ref| + atol for every gradient
     in `got` (a dict with some of dq, dk, dv, dsinks), atol twice the dtype's rounding step at
     the reference values (fp32 dsinks: a relative 1e-4). `out`, the forward's output that the
@@ -182,8 +193,8 @@ def check_grads(got, q, k, v, dout, scale=None, causal=False, window=(-1, -1), s
     of D, which the rounding of O moves more than the rule's atol).
     Returns {name: (err, err_pt, atol)}."""
     assert out is not None or "dsinks" not in got, "check_grads: dsinks needs the forward's out"
-    ref = reference_grads(q, k, v, dout, scale, causal, window, sinks)
-    pt = pt_grads(q, k, v, dout, scale, causal, window, sinks, out)
+    ref = reference_grads(q, k, v, dout, scale, causal, window, sinks, softcap)
+    pt = pt_grads(q, k, v, dout, scale, causal, window, sinks, out, softcap)
     errors = {}
     for name, g in got.items():
         r = ref[name]

@@ -11,9 +11,9 @@ from flashattn import _lib
 
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
-    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 264
-    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 376
-    assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 432
+    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 272
+    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 384
+    assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 440
     assert flashattn.library_version() == flashattn.__version__
 
 
@@ -92,6 +92,42 @@ def test_struct_size_and_reserved_are_checked():
     code, msg = _lib.can_implement(p, 0)
     assert code == _lib.INVALID_ARGUMENT and msg.startswith("batch: must be positive")
     assert _lib.select_kernel(p) == "auto"
+
+
+@pytest.mark.parametrize("struct, check, old_size", [
+    ("Params", "can_implement", 264),             # version 2, before softcap
+    ("DecodeParams", "decode_can_implement", 376),  # version 2, before softcap
+    ("BwdParams", "backward_can_implement", 432),   # version 1, before softcap
+])
+def test_softcap_and_reserved2_and_older_sizes(struct, check, old_size):
+    """softcap's rule and reserved2 are read from a struct of the current size; a caller built
+    against the version before softcap passes the older size, and whatever lies past it (here
+    a bad softcap and reserved2) is not read: the call fails on the next rule instead."""
+    cls = getattr(_lib, struct)
+    args = (0,) if check != "decode_can_implement" else ()
+    fn = getattr(_lib, check)
+    code, msg = fn(cls(dtype=_lib.BF16, reserved2=3), *args)
+    assert code == _lib.INVALID_ARGUMENT and msg == "reserved2: must be 0, got 3"
+    p = cls(dtype=_lib.BF16, softcap=-1.0, reserved2=3)
+    p.struct_size = old_size
+    code, msg = fn(p, *args)
+    assert code == _lib.INVALID_ARGUMENT and "reserved2" not in msg and "softcap" not in msg
+    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(cls)}
+    assert fields["softcap"] == ("float", old_size)
+    assert fields["reserved2"] == ("uint32", old_size + 4)
+
+
+def test_softcap_rule_through_the_abi():
+    p, keep = _host_bwd_params()
+    p.softcap = -2.0
+    assert _lib.backward_can_implement(p, _lib.kernel_id("cpu")) == (
+        _lib.INVALID_ARGUMENT, "softcap: must be >= 0 (0: off), got -2.000000")
+    p.softcap = float("inf")
+    assert _lib.backward_can_implement(p, _lib.kernel_id("cpu")) == (
+        _lib.INVALID_ARGUMENT, "softcap: must be finite (0: off)")
+    p.softcap = 30.0
+    assert _lib.backward_can_implement(p, _lib.kernel_id("cpu")) == (_lib.OK, "")
+    del keep
 
 
 def test_a_newer_callers_larger_struct_is_read_by_its_prefix():
