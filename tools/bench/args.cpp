@@ -3,6 +3,7 @@
 #include "args.h"
 
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string_view>
@@ -144,6 +145,18 @@ const std::vector<Flag>& flags() {
        "learnable attention sinks: one logit per query head, drawn from the seed in [-4, 4]",
        [](Options& o, std::string_view) -> std::string {
          o.sinks = true;
+         return {};
+       }},
+      {"--softcap", "X",
+       "logit soft-capping: scores become X*tanh(scores/X) (0: off) [0]",
+       [](Options& o, std::string_view v) -> std::string {
+         float x = 0.f;
+         const char* end = v.data() + v.size();
+         auto [ptr, ec] = std::from_chars(v.data(), end, x);
+         if (ec != std::errc() || ptr != end || v.empty() || !std::isfinite(x) || x < 0.f) {
+           return "--softcap: expected a finite number >= 0, got " + quote(v);
+         }
+         o.softcap = x;
          return {};
        }},
       {"--window", "L,R", "local window: keys [i-L, i+R] around the diagonal, -1 unbounded",

@@ -26,6 +26,7 @@ struct Options {
   DType dtype = DType::bf16;
   bool causal = false;
   bool sinks = false;    // learnable attention sinks, one random logit per query head
+  float softcap = 0.f;   // logit soft-capping (ForwardParams::softcap), 0: off
   int window_left = -1;  // -1: unbounded
   int window_right = -1;
   int iters = 20;

@@ -36,6 +36,7 @@ std::vector<DecodeWorkload> decode_workloads(const Options& o) {
     d.w.window_left = o.window_left;
     d.w.window_right = o.window_right;
     d.w.sinks = o.sinks;
+    d.w.softcap = o.softcap;
     d.page_size = page_size;
     d.num_splits = o.num_splits;
     return d;
@@ -204,6 +205,7 @@ struct DecodeBuffers {
     p.lse = static_cast<float*>(lse.get());
     p.cache_seqlens = static_cast<const int32_t*>(seqlens.get());
     p.sinks = d.w.sinks ? static_cast<const float*>(sinks.get()) : nullptr;
+    p.softcap = d.w.softcap;
     p.stream = stream;
     return p;
   }
@@ -291,6 +293,7 @@ Status check_decode(const DecodeBuffers& buf, const RunContext& ctx, CheckSummar
     f.o.data = o.data() + qoff;
     f.lse = lse.data() + size_t(b) * w.heads * w.seqlen_q;
     f.sinks = w.sinks ? buf.host_sinks.data() : nullptr;
+    f.softcap = w.softcap;
     const reference::CheckResult r = reference::check(f);
     out.rows += int64_t(w.heads) * w.seqlen_q;
     reference::CheckResult& t = out.result;

@@ -57,6 +57,7 @@ std::string record_json(const Record& r) {
   s += ", \"hdim_v\": " + std::to_string(w.hdim_v);
   s += ", \"causal\": " + boolean(w.causal);
   if (w.sinks) s += ", \"sinks\": true";
+  s += ", \"softcap\": " + number(w.softcap);
   s += ", \"window\": [" + std::to_string(w.window_left) + ", " + std::to_string(w.window_right) +
        "]";
   s += ", \"ms\": " + (r.ran ? number(r.timing.median_ms) : "null");

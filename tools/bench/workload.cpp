@@ -1,6 +1,7 @@
 #include "workload.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace flashattn::bench {
 namespace {
@@ -31,6 +32,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
       w.window_left = opts.window_left;
       w.window_right = opts.window_right;
       w.sinks = opts.sinks;
+      w.softcap = opts.softcap;
       w.bwd = opts.bwd;
       w.deterministic = opts.deterministic;
       out.push_back(w);
@@ -48,6 +50,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
           w.hdim = w.hdim_v = hdim;
           w.causal = causal;
           w.sinks = opts.sinks;
+          w.softcap = opts.softcap;
           w.bwd = opts.bwd;
           w.deterministic = opts.deterministic;
           out.push_back(w);
@@ -111,6 +114,11 @@ std::string describe(const Workload& w) {
   if (w.bwd) s.append(w.deterministic ? " bwd(det)" : " bwd");
   if (w.causal) s.append(" causal");
   if (w.sinks) s.append(" sinks");
+  if (w.softcap > 0.f) {
+    char cap[32];
+    std::snprintf(cap, sizeof cap, " softcap%g", static_cast<double>(w.softcap));
+    s.append(cap);
+  }
   if (w.window_left >= 0 || w.window_right >= 0) {
     s.append(" win")
         .append(std::to_string(w.window_left))

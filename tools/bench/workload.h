@@ -19,6 +19,7 @@ struct Workload {
   bool causal = false;
   int window_left = -1, window_right = -1;  // as given; causal is applied on top
   bool sinks = false;  // attention sinks: one logit per query head (Workspace draws them)
+  float softcap = 0.f;  // ForwardParams::softcap (0: off)
   bool bwd = false;    // time backward() (the forward runs once for o and lse)
   bool deterministic = false;  // backward: BackwardParams::deterministic
 };

@@ -259,6 +259,7 @@ ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions
   p.o.data = o_.get();
   p.lse = static_cast<float*>(lse_.get());
   p.sinks = w_.sinks ? static_cast<const float*>(sinks_.get()) : nullptr;
+  p.softcap = w_.softcap;
   set_contiguous_strides(p.q.stride, w_.seqlen_q, w_.heads, w_.hdim);
   set_contiguous_strides(p.k.stride, w_.seqlen_k, w_.kv_heads, w_.hdim);
   set_contiguous_strides(p.v.stride, w_.seqlen_k, w_.kv_heads, w_.hdim_v);
@@ -293,6 +294,7 @@ BackwardParams Workspace::backward_params(int set, cudaStream_t stream) const {
   p.dv.data = dv_.get();
   p.sinks = w_.sinks ? static_cast<const float*>(sinks_.get()) : nullptr;
   p.dsinks = w_.sinks ? static_cast<float*>(dsinks_.get()) : nullptr;
+  p.softcap = w_.softcap;
   set_contiguous_layout(p);
   p.causal = w_.causal;
   p.window_left = w_.window_left;
