@@ -203,14 +203,16 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       mma_16816<Element>(s[1], a, bk[2], bk[3]);
     }
 
-    // Scale into the log2 domain, then mask: keys past the edge of the window, the causal
-    // diagonal or the sequence (zeros were loaded there) become -inf.
+    // Scale into the log2 domain (soft-capped first: tanh(S · softcap_scale) · softcap·log2e),
+    // then mask: keys past the edge of the window, the causal diagonal or the sequence (zeros
+    // were loaded there) become -inf.
     const int j0 = kb + (t_begin + warp + i * kWarps) * kBlockN;
     const bool edge = !mask.tile_all_visible(q_first, q_end, j0, j0 + kBlockN);
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        if (p.softcap > 0.f) s[n][e] = tanh_approx(s[n][e] * p.softcap_scale);
         s[n][e] *= p.scale_log2;
         if (edge && !mask.visible(qi_row[e / 2], j0 + n * 8 + 2 * t4 + (e & 1))) s[n][e] = kNegInf;
       }

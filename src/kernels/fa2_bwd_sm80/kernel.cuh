@@ -199,9 +199,13 @@ __device__ __forceinline__ void store_release(int* p, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// 16-byte fire-and-forget add (red, not atom: atomicAdd(float4*) compiles to ATOMG, which
+// returns the old value and holds a register quad until it does).
 __device__ __forceinline__ void add_dq4(float* p, const float4& v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float4*>(p), v);
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
+               "f"(v.z), "f"(v.w)
+               : "memory");
 #else
   atomicAdd(p, v.x);
   atomicAdd(p + 1, v.y);
@@ -333,6 +337,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
                                                                     k_pairs, s_c0);
       warp_gemm<Element, false, false, GridS::kRF, GridS::kCF, kDV>(dp, dos, do_rows, s_r0, v_s,
                                                                      v_pairs, s_c0);
+      const bool softcap = p.has_softcap();
       const bool full = mask.tile_all_visible(row0, min(row0 + kBlockM, seq.len_q), key0,
                                               key0 + keys) &&
                         keys == kBlockN;
@@ -349,9 +354,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const bool vis = full || mask.visible(row0 + r, key0 + c + e);
-              const float x = s[mi][ni][2 * hh + e] * p.scale_log2 - lse;
+              float sv = s[mi][ni][2 * hh + e];
+              float dtanh = 1.f;
+              if (softcap) {  // S' = softcap·t, t = tanh(q·k·softcap_scale): dS'/dS = 1 − t²
+                sv = tanh_approx(sv * p.softcap_scale);
+                dtanh = fmaf(-sv, sv, 1.f);
+              }
+              const float x = sv * p.scale_log2 - lse;
               pv[e] = vis ? exp2_approx(x) : 0.f;
-              dsv[e] = pv[e] * (dp[mi][ni][2 * hh + e] - dsum);
+              dsv[e] = pv[e] * (dp[mi][ni][2 * hh + e] - dsum) * dtanh;
             }
             *reinterpret_cast<uint32_t*>(p_s + PTile::offset(r, c)) = pack2<Element>(pv[0], pv[1]);
             *reinterpret_cast<uint32_t*>(ds_s + PTile::offset(r, c)) =

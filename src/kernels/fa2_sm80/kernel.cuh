@@ -286,7 +286,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
       gemm_qk<Element, QTile, KTile, kMFrags, kNFrags, C::kHeadDim>(
           s, q_s, q_offsets, k_s + buf * KTile::kElems + step * kStepN * KTile::kPanel, k_offsets,
           warp_row0);
-      if (negate) {
+      if (p.has_softcap()) {  // t = tanh(S · softcap_scale); the softmax's factor is softcap·log2e
+#pragma unroll
+        for (int mi = 0; mi < kMFrags; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < kNFrags; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              s[mi][ni][e] = tanh_approx(s[mi][ni][e] * p.softcap_scale);
+            }
+      } else if (negate) {
 #pragma unroll
         for (int mi = 0; mi < kMFrags; ++mi)
 #pragma unroll

@@ -79,13 +79,17 @@ struct MainloopFwd {
     }
   }
 
-  // S of key block n, fresh from Q·Kᵀ: sign flipped for a negative scale, then masked where
-  // the block is not wholly visible to the tile (diagonal, window edges, ragged last block).
-  // The sign is read from the kernel parameters at each use, not kept in a register.
+  // S of key block n, fresh from Q·Kᵀ: soft-capped (t = tanh(S · softcap_scale), the sign of
+  // the scale inside it) or sign flipped for a negative scale, then masked where the block is
+  // not wholly visible to the tile (diagonal, window edges, ragged last block). Both switches
+  // are read from the kernel parameters at each use, not kept in registers.
   template <class FragS, class Coords>
   __device__ __forceinline__ void prepare_scores(FragS& s, const Coords& coords, const TileWork& w,
                                                  int n) const {
-    if (problem.scale < 0.f) {
+    if (problem.has_softcap()) {
+#pragma unroll
+      for (int i = 0; i < size(s); ++i) s(i) = tanh_approx(s(i) * problem.softcap_scale);
+    } else if (problem.scale < 0.f) {
 #pragma unroll
       for (int i = 0; i < size(s); ++i) s(i) = -s(i);
     }
