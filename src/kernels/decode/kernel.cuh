@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if (p.softcap > 0.f) s[n][e] = tanh_approx(s[n][e] * p.softcap_scale);
+        if (p.softcap > 0.f) s[n][e] = tanh_accurate(s[n][e] * p.softcap_scale);
         s[n][e] *= p.scale_log2;
         if (edge && !mask.visible(qi_row[e / 2], j0 + n * 8 + 2 * t4 + (e & 1))) s[n][e] = kNegInf;
       }

@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
               float sv = s[mi][ni][2 * hh + e];
               float dtanh = 1.f;
               if (softcap) {  // S' = softcap·t, t = tanh(q·k·softcap_scale): dS'/dS = 1 − t²
-                sv = tanh_approx(sv * p.softcap_scale);
+                sv = tanh_accurate(sv * p.softcap_scale);
                 dtanh = fmaf(-sv, sv, 1.f);
               }
               const float x = sv * p.scale_log2 - lse;

@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm) fwd_kernel(co
           for (int ni = 0; ni < kNFrags; ++ni)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              s[mi][ni][e] = tanh_approx(s[mi][ni][e] * p.softcap_scale);
+              s[mi][ni][e] = tanh_accurate(s[mi][ni][e] * p.softcap_scale);
             }
       } else if (negate) {
 #pragma unroll

@@ -88,7 +88,7 @@ struct MainloopFwd {
                                                  int n) const {
     if (problem.has_softcap()) {
 #pragma unroll
-      for (int i = 0; i < size(s); ++i) s(i) = tanh_approx(s(i) * problem.softcap_scale);
+      for (int i = 0; i < size(s); ++i) s(i) = tanh_accurate(s(i) * problem.softcap_scale);
     } else if (problem.scale < 0.f) {
 #pragma unroll
       for (int i = 0; i < size(s); ++i) s(i) = -s(i);
