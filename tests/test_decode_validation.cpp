@@ -4,6 +4,7 @@
 // itself is checked to refuse host memory (no decode on the CPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -21,7 +22,7 @@ namespace {
 // A small valid decode problem in host memory: batch 3, 2 query tokens, 8/2 heads, d 64, paged or
 // contiguous cache of capacity 64.
 struct HostDecode {
-  std::vector<uint16_t> q, o, k, v, kn, vn;
+  std::vector<uint16_t> q, o, k, v, kn, vn, cos, sin;
   std::vector<float> lse;
   std::vector<int32_t> seqlens{10, 0, 60}, table, batch_idx{2, 0, 1};
   fa::DecodeParams p;
@@ -60,6 +61,16 @@ struct HostDecode {
     p.cache_seqlens = seqlens.data();
     if (paged) p.page_table = table.data();
     fa::set_contiguous_layout(p);
+  }
+  // Rotary tables of `seqlen_ro` rows for `dim` rotated dims.
+  void rotary(int dim, int seqlen_ro) {
+    // At least one element, so that the tables are given (non-null) even for refused sizes.
+    cos.assign(size_t(std::max<int64_t>(int64_t{seqlen_ro} * dim / 2, 1)), 0x3c00);
+    sin.assign(cos.size(), 0);
+    p.rotary_cos = cos.data();
+    p.rotary_sin = sin.data();
+    p.rotary_dim = dim;
+    p.seqlen_ro = seqlen_ro;
   }
   fa::Status indices() const {
     return fa::check_decode_indices(p, seqlens.data(), p.page_table ? table.data() : nullptr,
@@ -158,6 +169,32 @@ const std::vector<Rule>& shape_rules() {
        "k_new/v_new: must be given when seqlen_new > 0"},
       {"seqlen_new_over_capacity", false, [](HostDecode& h) { h.p.seqlen_new = 65; },
        "seqlen_new: 65 exceeds the cache capacity 64"},
+      {"rotary_cos_without_sin", false,
+       [](HostDecode& h) {
+         h.rotary(32, 64);
+         h.p.rotary_sin = nullptr;
+       },
+       "rotary_cos/rotary_sin: give both or neither"},
+      {"rotary_sin_without_cos", true,
+       [](HostDecode& h) {
+         h.rotary(32, 64);
+         h.p.rotary_cos = nullptr;
+       },
+       "rotary_cos/rotary_sin: give both or neither"},
+      {"rotary_dim_without_tables", false, [](HostDecode& h) { h.p.rotary_dim = 32; },
+       "rotary_dim: must be 0 without rotary_cos/rotary_sin, got 32"},
+      {"seqlen_ro_without_tables", false, [](HostDecode& h) { h.p.seqlen_ro = 100; },
+       "seqlen_ro: must be 0 without rotary_cos/rotary_sin, got 100"},
+      {"rotary_dim_zero", false, [](HostDecode& h) { h.rotary(0, 64); },
+       "rotary_dim: must be even and in [2, head_dim = 64] with rotary_cos/rotary_sin, got 0"},
+      {"rotary_dim_odd", false, [](HostDecode& h) { h.rotary(31, 64); },
+       "rotary_dim: must be even and in [2, head_dim = 64] with rotary_cos/rotary_sin, got 31"},
+      {"rotary_dim_over_head_dim", true, [](HostDecode& h) { h.rotary(66, 64); },
+       "rotary_dim: must be even and in [2, head_dim = 64] with rotary_cos/rotary_sin, got 66"},
+      {"rotary_dim_negative", false, [](HostDecode& h) { h.rotary(-2, 64); },
+       "rotary_dim: must be even and in [2, head_dim = 64]"},
+      {"seqlen_ro_zero", false, [](HostDecode& h) { h.rotary(32, 0); },
+       "seqlen_ro: must be >= 1 with rotary_cos/rotary_sin, got 0"},
   };
   return r;
 }
@@ -186,6 +223,12 @@ const std::vector<Rule>& index_rules() {
          h.batch_idx[2] = 2;
        },
        "cache_batch_idx[2]: cache row 2 is also used by entry 0"},
+      {"rotary_table_too_short", false, [](HostDecode& h) { h.rotary(64, 61); },
+       "cache_seqlens[2]: 60 uses rotary positions up to 61, beyond the tables' seqlen_ro 61 "
+       "rows"},
+      {"paged_rotary_table_too_short", true, [](HostDecode& h) { h.rotary(16, 11); },
+       "cache_seqlens[0]: 10 uses rotary positions up to 11, beyond the tables' seqlen_ro 11 "
+       "rows"},
   };
   return r;
 }
@@ -240,6 +283,36 @@ TEST(DecodeIndices, UnreadPagesAndReadOnlySharingAreAccepted) {
   EXPECT_TRUE(shared.indices().ok()) << shared.indices().message;
 }
 
+// The rotary tables must cover every position used: keys of k_new at cache_seqlens + i; query
+// tokens at cache_seqlens + i when causal or local, all at cache_seqlens otherwise.
+TEST(DecodeIndices, RotaryPositionsFollowTheMask) {
+  HostDecode h(false);  // cache_seqlens {10, 0, 60}, seqlen_q 2
+  h.p.k_new.data = h.p.v_new.data = nullptr;
+  h.p.seqlen_new = 0;
+  h.rotary(64, 61);  // positions 0..60
+  EXPECT_TRUE(fa::check_decode_shapes(h.p).ok());
+  EXPECT_TRUE(h.indices().ok()) << h.indices().message;  // not causal: queries at 60 only
+  // Causal: queries at 60 and 61.
+  h.p.causal = true;
+  EXPECT_NE(h.indices().message.find("cache_seqlens[2]: 60 uses rotary positions up to 61"),
+            std::string::npos)
+      << h.indices().message;
+  h.p.causal = false;
+  h.p.window_left = 100;  // local: per token too
+  EXPECT_FALSE(h.indices().ok());
+  h.p.window_left = -1;
+  h.p.window_right = 0;
+  EXPECT_FALSE(h.indices().ok());
+  h.rotary(64, 62);
+  EXPECT_TRUE(h.indices().ok()) << h.indices().message;
+  h.p.seqlen_new = 3;  // keys at 60..62
+  h.p.k_new.data = h.kn.data();
+  h.p.v_new.data = h.vn.data();
+  EXPECT_NE(h.indices().message.find("up to 62, beyond the tables' seqlen_ro 62"),
+            std::string::npos)
+      << h.indices().message;
+}
+
 // FP8 is a dtype of the API that no decode kernel runs yet: `unsupported`, after the shape rules
 // and before any memory is looked at.
 TEST(DecodeValidation, Fp8HasNoKernel) {
@@ -287,6 +360,17 @@ TEST(DecodeValidation, MemoryRulesComeBeforeTheDevice) {
   HostDecode u(false);
   u.p.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(u.lse.data()) + 2);
   EXPECT_NE(fa::can_implement(u.p).message.find("lse: must be 4-byte aligned"), std::string::npos);
+  HostDecode r(false);
+  r.rotary(64, 64);
+  r.p.rotary_cos = reinterpret_cast<const char*>(r.cos.data()) + 1;
+  EXPECT_NE(fa::can_implement(r.p).message.find("rotary_cos: must be 2-byte aligned"),
+            std::string::npos)
+      << fa::can_implement(r.p).message;
+  HostDecode ra(true);
+  ra.rotary(64, 64);
+  ra.p.o.data = ra.sin.data();
+  EXPECT_NE(fa::can_implement(ra.p).message.find("o: overlaps input rotary_sin"), std::string::npos)
+      << fa::can_implement(ra.p).message;
 }
 
 }  // namespace

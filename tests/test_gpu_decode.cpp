@@ -43,10 +43,14 @@ struct Case {
   float q_sigma;
   int capacity = 0;  // 0: longest sequence + 7 (rounded up to whole pages)
   float softcap = 0.f;  // DecodeParams::softcap
+  int rotary_dim = 0;   // 0: no rotary; else tables of the standard frequencies (theta 10000)
+  bool interleaved = true;
 };
 
 std::string case_name(const Case& c) {
   const std::string softcap = "_softcap" + std::to_string(static_cast<int>(c.softcap));
+  const std::string rotary =
+      (c.interleaved ? "_rotint" : "_rothalf") + std::to_string(c.rotary_dim);
   std::string s = flashattn::testing::CaseName(fa::Kernel::automatic, c.dtype)
                       .num("_d", c.d)
                       .num("_h", c.hq)
@@ -61,6 +65,7 @@ std::string case_name(const Case& c) {
                       .flag(c.batch_idx, "_idx")
                       .flag(c.q_sigma > 1, "_big")
                       .flag(c.softcap > 0, softcap.c_str())
+                      .flag(c.rotary_dim > 0, rotary.c_str())
                       .str();
   return s.substr(5);  // drop "auto_"
 }
@@ -68,6 +73,7 @@ std::string case_name(const Case& c) {
 struct Host {
   fa::DecodeParams p;  // device pointers after run()
   std::vector<uint16_t> q, k, v, kn, vn, k_expect, v_expect, o, k_after, v_after;
+  std::vector<uint16_t> cos, sin, q_ref;  // rotary: the tables, q rotated on the host
   std::vector<float> lse;
   std::vector<int32_t> seqlens, table, idx;
   int cap = 0;
@@ -82,6 +88,36 @@ int64_t cache_index(const Host& h, int b, int j, int hk, int d) {
   }
   const int row = p.cache_batch_idx ? h.idx[b] : b;
   return row * st[0] + j * st[1] + hk * st[2] + d;
+}
+
+// The position of query token i of entry b under rotary (decode.h).
+int query_position(const Host& h, int b, int i) {
+  const bool per_token = h.p.causal || h.p.window_left >= 0 || h.p.window_right >= 0;
+  return h.seqlens[size_t(b)] + (per_token ? i : 0);
+}
+
+// Rotary on the host: q_ref from q; the appended rows of k_expect from k_new. Bitwise what
+// decode() computes (reference::apply_rotary repeats its arithmetic).
+void rotate_on_host(const Case& c, Host& h) {
+  if (c.rotary_dim == 0) return;
+  const fa::DecodeParams& p = h.p;
+  h.q_ref = h.q;
+  for (int b = 0; b < p.batch; ++b)
+    for (int i = 0; i < c.sq; ++i)
+      for (int hq = 0; hq < c.hq; ++hq) {
+        uint16_t* row = h.q_ref.data() + ((size_t(b) * c.sq + i) * c.hq + hq) * c.d;
+        fa::reference::apply_rotary(c.dtype, h.cos.data(), h.sin.data(), c.rotary_dim,
+                                    c.interleaved, query_position(h, b, i), row, row, c.d);
+      }
+  for (int b = 0; b < p.batch; ++b)
+    for (int n = 0; n < c.seqlen_new; ++n)
+      for (int hk = 0; hk < c.hkv; ++hk) {
+        const size_t src = ((size_t(b) * c.seqlen_new + n) * c.hkv + hk) * c.d;
+        const int64_t dst = cache_index(h, b, c.seqlens[b] + n, hk, 0);
+        fa::reference::apply_rotary(c.dtype, h.cos.data(), h.sin.data(), c.rotary_dim,
+                                    c.interleaved, c.seqlens[b] + n, h.kn.data() + src,
+                                    h.k_expect.data() + dst, c.d);
+      }
 }
 
 // Builds the inputs on the host (params hold host pointers), with the expected cache after the
@@ -172,6 +208,20 @@ void build(const Case& c, uint64_t seed, Host& h) {
           std::copy_n(h.vn.begin() + src, c.d, h.v_expect.begin() + dst);
         }
   }
+  if (c.rotary_dim > 0) {
+    // Rows for every position used: the longest cache plus max(seqlen_new, seqlen_q), and 5 more.
+    p.seqlen_ro =
+        *std::max_element(c.seqlens.begin(), c.seqlens.end()) + std::max(c.seqlen_new, c.sq) + 5;
+    p.rotary_dim = c.rotary_dim;
+    p.rotary_interleaved = c.interleaved;
+    h.cos.resize(size_t(p.seqlen_ro) * c.rotary_dim / 2);
+    h.sin.resize(h.cos.size());
+    fa::reference::rotary_tables(c.dtype, p.seqlen_ro, c.rotary_dim, 10000.0, h.cos.data(),
+                                 h.sin.data());
+    p.rotary_cos = h.cos.data();
+    p.rotary_sin = h.sin.data();
+    rotate_on_host(c, h);
+  }
 }
 
 template <typename T>
@@ -184,7 +234,7 @@ void to_device(DeviceBuffer& buf, const std::vector<T>& host) {
 // The inputs of a Host on the device, and its params pointing at them.
 struct OnDevice {
   size_t no, nl;  // elements of O (= Q) and of LSE
-  DeviceBuffer q, o, lse, k, v, kn, vn, seqlens, table, idx;
+  DeviceBuffer q, o, lse, k, v, kn, vn, seqlens, table, idx, cos, sin;
   fa::DecodeParams p;
   explicit OnDevice(const Host& h)
       : no(h.q.size()),
@@ -199,6 +249,8 @@ struct OnDevice {
         seqlens(h.seqlens.size() * 4),
         table(std::max<size_t>(h.table.size(), 1) * 4),
         idx(std::max<size_t>(h.idx.size(), 1) * 4),
+        cos(std::max<size_t>(h.cos.size(), 1) * 2),
+        sin(std::max<size_t>(h.sin.size(), 1) * 2),
         p(h.p) {
     to_device(q, h.q);
     to_device(k, h.k);
@@ -222,6 +274,12 @@ struct OnDevice {
       p.k_new.data = kn.ptr;
       p.v_new.data = vn.ptr;
     }
+    if (p.rotary_cos) {
+      to_device(cos, h.cos);
+      to_device(sin, h.sin);
+      p.rotary_cos = cos.ptr;
+      p.rotary_sin = sin.ptr;
+    }
   }
 };
 
@@ -244,6 +302,16 @@ void run(Host& h, int runs = 1, std::vector<uint16_t>* first_o = nullptr) {
     ASSERT_EQ(cudaMemcpy(h.o.data(), d.o.ptr, d.no * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     if (r == 0 && first_o != nullptr) *first_o = h.o;
   }
+  // q and k_new are the caller's: never written (rotary works on copies).
+  std::vector<uint16_t> q_after(h.q.size()), kn_after(h.kn.size());
+  ASSERT_EQ(cudaMemcpy(q_after.data(), d.q.ptr, q_after.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_TRUE(q_after == h.q) << "decode wrote q";
+  if (!h.kn.empty()) {
+    ASSERT_EQ(cudaMemcpy(kn_after.data(), d.kn.ptr, kn_after.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_TRUE(kn_after == h.kn) << "decode wrote k_new";
+  }
   h.lse.resize(d.nl);
   h.k_after.resize(h.k.size());
   h.v_after.resize(h.v.size());
@@ -254,9 +322,11 @@ void run(Host& h, int runs = 1, std::vector<uint16_t>* first_o = nullptr) {
             cudaSuccess);
 }
 
-// The oracle on each batch entry: its keys gathered densely from the expected cache.
+// The oracle on each batch entry: its keys gathered densely from the expected cache, its queries
+// rotated on the host when rotary is on.
 void check_against_reference(const Case& c, Host& h, uint64_t seed) {
   const fa::DecodeParams& p = h.p;
+  const std::vector<uint16_t>& q = c.rotary_dim > 0 ? h.q_ref : h.q;
   for (int b = 0; b < p.batch; ++b) {
     const int len = h.seqlens[b] + c.seqlen_new;
     std::vector<uint16_t> k(std::max<size_t>(size_t(len) * c.hkv * c.d, 8)), v(k.size());
@@ -279,7 +349,7 @@ void check_against_reference(const Case& c, Host& h, uint64_t seed) {
     f.window_right = c.wr;
     f.softcap = c.softcap;
     fa::set_contiguous_layout(f);
-    f.q.data = h.q.data() + size_t(b) * c.sq * c.hq * c.d;
+    f.q.data = q.data() + size_t(b) * c.sq * c.hq * c.d;
     f.k.data = k.data();
     f.v.data = v.data();
     f.o.data = h.o.data() + size_t(b) * c.sq * c.hq * c.d;
@@ -350,6 +420,25 @@ std::vector<Case> grid() {
         c.softcap = cap;
         cases.push_back(c);
         ++j;
+      }
+  // Rotary: interleaved and halves, rotary_dim = head_dim, head_dim / 2 and 6, every head dim,
+  // causal / windowed (queries at cache_seqlens + i) and not (all at cache_seqlens), paged and
+  // contiguous, GQA and MQA, seqlen_new 0, 1 and 3, splits, large logits.
+  int r = 0;
+  for (D dtype : {D::bf16, D::fp16})
+    for (int d : {64, 128, 256})
+      for (bool interleaved : {true, false}) {
+        const Heads hd = heads[r % 5];
+        const M m = masks[r % 4];
+        const int sq = sqs[r % 4];
+        const int seqlen_new = r % 3 == 0 ? 3 : (r % 3 == 1 ? 1 : 0);
+        const int ps = r % 4 == 3 ? 1 : (r % 2 ? 16 : 0);
+        Case c{dtype, d, hd.hq, hd.hkv, sq, lengths[r % 5], ps, seqlen_new, m.causal, m.wl, m.wr,
+               splits[(r / 2) % 4], ps == 0 && r % 4 == 2, (r % 5 == 4) ? 6.f : 1.f};
+        c.rotary_dim = r % 3 == 0 ? d : (r % 3 == 1 ? d / 2 : 6);
+        c.interleaved = interleaved;
+        cases.push_back(c);
+        ++r;
       }
   return cases;
 }
@@ -440,7 +529,11 @@ TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Case cases[] = {
       {fa::DType::bf16, 128, 32, 8, 1, {6000}, 0, 0, false, -1, -1, 0, false, 1.f},
-      {fa::DType::fp16, 64, 16, 4, 2, {900, 0, 1700}, 16, 0, true, -1, -1, 5, false, 1.f}};
+      {fa::DType::fp16, 64, 16, 4, 2, {900, 0, 1700}, 16, 0, true, -1, -1, 5, false, 1.f},
+      // Rotary: its copies of q and k_new come from the same pool (a replay re-appends the same
+      // rotated keys at the same positions).
+      {fa::DType::bf16, 128, 32, 8, 3, {900, 0, 1700}, 16, 2, true, -1, -1, 5, false, 1.f, 0,
+       0.f, 64, false}};
   for (const Case& c : cases) {
     const uint64_t seed = run_seed() + 404;
     Host h;
@@ -458,6 +551,7 @@ TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
     int round = 0;
     auto check_round = [&](const std::function<void()>& launch, const char* what) {
       fa::reference::fill_normal(h.q.data(), std::ssize(h.q), c.dtype, seed + 1000 + round++);
+      rotate_on_host(c, h);
       to_device(d.q, h.q);
       ASSERT_EQ(cudaMemset(d.o.ptr, 0xFF, no * 2), cudaSuccess);
       ASSERT_EQ(cudaMemset(d.lse.ptr, 0xFF, nl * 4), cudaSuccess);
@@ -530,6 +624,35 @@ TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {
     EXPECT_TRUE(fa::decode(p).ok());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
+}
+
+// A rotary table that does not cover a position is refused (check_indices) before anything is
+// written; unchecked, the same call reads only inside the table and does not fault.
+TEST(GpuDecodeValidation, ShortRotaryTableIsRefusedAndNothingIsWritten) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  Case c{fa::DType::fp16, 64, 8, 2, 2, {100, 50, 10}, 16, 1, true, -1, -1, 0, false, 1.f, 4096};
+  c.rotary_dim = 32;
+  Host h;
+  build(c, run_seed(), h);
+  h.p.seqlen_ro = 101;  // entry 0 uses positions up to 101 (queries 100, 101; key 100)
+  OnDevice d(h);
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(cudaMemset(d.o.ptr, 0xFF, d.no * 2), cudaSuccess);
+  fa::DecodeParams p = d.p;
+  const fa::Status s = fa::decode(p);
+  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+  EXPECT_NE(s.message.find("cache_seqlens[0]: 100 uses rotary positions up to 101"),
+            std::string::npos)
+      << s.message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  flashattn::testing::expect_all_poisoned(d.o.ptr, d.no);
+  std::vector<uint16_t> k_after(h.k.size());
+  ASSERT_EQ(cudaMemcpy(k_after.data(), d.k.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_TRUE(k_after == h.k) << "a refused call wrote the cache";
+  p.check_indices = false;
+  EXPECT_TRUE(fa::decode(p).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 }  // namespace

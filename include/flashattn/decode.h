@@ -30,6 +30,24 @@
 // are known good set check_indices = false: no copy, no synchronisation. The kernels then still
 // never read outside the cache (an out-of-range page or cache row is not loaded and counts as
 // zeros), but the result for such input is unspecified.
+//
+// Rotary position embedding (flash_attn_with_kvcache's rotary_cos / rotary_sin): with both tables
+// given, q and k_new are rotated before anything else happens, into copies in the library's
+// workspace (the caller's q and k_new are never written); the rotated k_new is what is appended
+// to the cache. Key i of k_new sits at position cache_seqlens[b] + i. Query token i sits at
+// cache_seqlens[b] + i when the call is causal or local (a window_left or window_right other
+// than -1), else every query token sits at cache_seqlens[b]. Only the first rotary_dim dims of
+// each head are rotated, the rest pass through unchanged. For position t and pair index
+// p < rotary_dim / 2, with c = cos[t][p], s = sin[t][p] and (x0, x1) the pair, dims (2p, 2p + 1)
+// when rotary_interleaved (GPT-J), else (p, p + rotary_dim / 2) (GPT-NeoX):
+//   x0' = fma(x0, c, -(x1 * s)),  x1' = fma(x1, c, x0 * s)
+// in fp32 (the 16-bit values widened exactly; each product and fma rounded to nearest even once),
+// then rounded once to the element type (nearest even). reference::apply_rotary does the same
+// arithmetic on the host, so the appended keys are defined bit for bit. With check_indices, every
+// position used must be < seqlen_ro (max over b of cache_seqlens[b] + max(seqlen_new, n_q), n_q
+// being seqlen_q when causal or local, else 1); without it that is the caller's duty: a
+// position outside the table reads its nearest row (nothing is read outside the table) and the
+// result is unspecified.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +96,14 @@ struct DecodeParams {
 
   const float* sinks = nullptr;  // optional fp32 (heads_q,) device memory: ForwardParams::sinks
   float softcap = 0.0f;          // ForwardParams::softcap (0: off)
+
+  // Rotary embedding (see the header comment); both tables or neither. Device memory, dtype,
+  // dense (seqlen_ro, rotary_dim / 2) each.
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  int rotary_dim = 0;              // even, 0 < rotary_dim <= head_dim with the tables; else 0
+  int seqlen_ro = 0;               // rows of the tables (positions 0 .. seqlen_ro - 1)
+  bool rotary_interleaved = true;  // true: pairs (0,1),(2,3)...; false: halves (GPT-NeoX)
 
   void* stream = nullptr;  // cudaStream_t
 };

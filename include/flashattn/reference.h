@@ -100,6 +100,17 @@ BackwardCheckResult check_backward(const BackwardParams& params,
 // Up to `count` distinct (batch, KV head) units: the first and the last, then seeded others.
 std::vector<KvHeadId> sample_kv_heads(const BackwardParams& params, int count, uint64_t seed);
 
+// Rotary embedding of one head on the host, with decode()'s arithmetic (decode.h's header
+// comment: fp32 fmas, one round to nearest even), so the result equals what decode() appends bit
+// for bit. `in` and `out` hold head_dim values of `dtype` (they may be the same); `cos` and `sin`
+// are dense (seqlen_ro, rotary_dim / 2) tables of `dtype` read at row `position`.
+void apply_rotary(DType dtype, const void* cos, const void* sin, int rotary_dim, bool interleaved,
+                  int64_t position, const void* in, void* out, int head_dim);
+
+// Standard rotary tables: cos and sin of t * theta^(-2p / rotary_dim) for t < seqlen_ro and
+// p < rotary_dim / 2, computed in fp64 and rounded to `dtype`; dense (seqlen_ro, rotary_dim / 2).
+void rotary_tables(DType dtype, int seqlen_ro, int rotary_dim, double theta, void* cos, void* sin);
+
 // n values of `dtype` drawn from N(0, sigma^2) with a seeded generator (never zeros).
 void fill_normal(void* data, int64_t n, DType dtype, uint64_t seed, float sigma = 1.0f);
 

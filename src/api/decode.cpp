@@ -1,5 +1,6 @@
 // decode(): validate, normalise into a DecodeProblem, choose the number of KV splits, take the
-// partial-result workspace from the library's stream-ordered pool, and run the decode family.
+// workspace (split partials, rotated q/k_new) from the library's stream-ordered pool, and run the
+// decode family.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -51,16 +52,33 @@ Status decode(const DecodeParams& params) {
   if (Status s = can_implement(params); !s.ok()) return s;
   DecodeProblem d = make_decode_problem(params);
   if (Status s = choose_splits(params, d); !s.ok()) return s;
-  if (d.num_splits == 1) return decode_run(d);
 
-  // Partial outputs: fp32 O and the log2-domain LSE of every (split, batch, query, head).
-  const auto stream = static_cast<cudaStream_t>(d.stream);
+  // One workspace block: the split partials (fp32 O and the log2-domain LSE of every (split,
+  // batch, query, head)) when num_splits > 1, then the rotated q and k_new when rotary is on
+  // (each start 256-byte aligned for the kernels' 16-byte loads).
+  const auto round_up = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t rows = size_t(d.num_splits) * d.batch * d.seqlen_q * d.heads_q;
+  const size_t partial_bytes = d.num_splits > 1 ? round_up(rows * (d.head_dim + 1) * 4) : 0;
+  const size_t es = 2;  // bf16 / fp16
+  const size_t q_rot_bytes =
+      d.rotary_dim > 0 ? round_up(size_t(d.batch) * d.seqlen_q * d.heads_q * d.head_dim * es) : 0;
+  const size_t k_rot_bytes =
+      d.rotary_dim > 0 ? size_t(d.batch) * d.seqlen_new * d.heads_kv * d.head_dim * es : 0;
+  const size_t bytes = partial_bytes + q_rot_bytes + k_rot_bytes;
+  if (bytes == 0) return decode_run(d);
+
+  const auto stream = static_cast<cudaStream_t>(d.stream);
   void* ws = nullptr;
-  if (Status s = workspace_alloc(rows * (d.head_dim + 1) * sizeof(float), stream, &ws); !s.ok())
-    return s;
-  d.o_partial = static_cast<float*>(ws);
-  d.lse_partial = d.o_partial + rows * d.head_dim;
+  if (Status s = workspace_alloc(bytes, stream, &ws); !s.ok()) return s;
+  char* at = static_cast<char*>(ws);
+  if (partial_bytes > 0) {
+    d.o_partial = reinterpret_cast<float*>(at);
+    d.lse_partial = d.o_partial + rows * d.head_dim;
+  }
+  if (d.rotary_dim > 0) {
+    d.q_rotated = at + partial_bytes;
+    d.k_new_rotated = k_rot_bytes > 0 ? at + partial_bytes + q_rot_bytes : nullptr;
+  }
   const Status run = decode_run(d);
   const Status freed = workspace_free(ws, stream);
   return run.ok() ? freed : run;

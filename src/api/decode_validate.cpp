@@ -9,6 +9,7 @@
 #include <cmath>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/capabilities.h"
@@ -26,6 +27,9 @@ std::string str(int64_t x) {
 
 bool is_paged(const DecodeParams& p) {
   return p.page_table != nullptr;
+}
+bool has_rotary(const DecodeParams& p) {
+  return p.rotary_cos != nullptr;
 }
 int64_t capacity(const DecodeParams& p) {
   return is_paged(p) ? int64_t{p.max_pages} * p.page_size : p.cache_seqlen;
@@ -73,12 +77,20 @@ Status check_memory(const DecodeParams& p) {
   if (reinterpret_cast<uintptr_t>(p.lse) % 4 != 0) return invalid("lse: must be 4-byte aligned");
   if (Status s = check_sinks_pointer(p.sinks); !s.ok()) return s;
   inputs.push_back(sinks_arg(p.sinks, hq));
+  if (has_rotary(p)) {  // read element by element: only the element's alignment is needed
+    const int64_t half = p.rotary_dim / 2;
+    for (auto [name, ptr] : {std::pair{"rotary_cos", p.rotary_cos}, {"rotary_sin", p.rotary_sin}}) {
+      if (reinterpret_cast<uintptr_t>(ptr) % 2 != 0)
+        return invalid(std::string(name) + ": must be 2-byte aligned");
+      inputs.push_back({name, ptr, {0, 0, half, 1}, {1, 1, p.seqlen_ro, half}, 2});
+    }
+  }
 
   // Outputs alias no input (the cache is written by the append and read afterwards); k_new/v_new
   // must not overlap the cache they are copied into.
   const TensorArg outputs[] = {o, lse_arg(p.lse, b, hq, sq)};
   if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
-  if (append) {  // inputs: q, k_cache, v_cache, k_new, v_new, sinks
+  if (append) {  // inputs: q, k_cache, v_cache, k_new, v_new, sinks, rotary tables
     for (int i = 3; i < 5; ++i)
       for (int c = 1; c < 3; ++c)
         if (byte_range(inputs[i]).overlaps(byte_range(inputs[c])))
@@ -92,6 +104,34 @@ Status check_memory(const DecodeParams& p) {
   pointers.push_back({"lse", p.lse});
   pointers.insert(pointers.end(), std::begin(ints), std::end(ints));
   return check_placement({.who = "decode", .min_cc = 80}, pointers);
+}
+
+Status check_rotary_shapes(const DecodeParams& p) {
+  if ((p.rotary_cos != nullptr) != (p.rotary_sin != nullptr))
+    return invalid("rotary_cos/rotary_sin: give both or neither");
+  if (!has_rotary(p)) {
+    if (p.rotary_dim != 0)
+      return invalid("rotary_dim: must be 0 without rotary_cos/rotary_sin, got " +
+                     str(p.rotary_dim));
+    if (p.seqlen_ro != 0)
+      return invalid("seqlen_ro: must be 0 without rotary_cos/rotary_sin, got " + str(p.seqlen_ro));
+    return Status::success();
+  }
+  if (p.rotary_dim <= 0 || p.rotary_dim > p.head_dim || p.rotary_dim % 2 != 0) {
+    return invalid("rotary_dim: must be even and in [2, head_dim = " + str(p.head_dim) +
+                   "] with rotary_cos/rotary_sin, got " + str(p.rotary_dim));
+  }
+  if (p.seqlen_ro < 1)
+    return invalid("seqlen_ro: must be >= 1 with rotary_cos/rotary_sin, got " + str(p.seqlen_ro));
+  return Status::success();
+}
+
+// Positions [0, n) the rotary tables must cover for batch entry b: keys of k_new at
+// cache_seqlens[b] + i, query tokens at cache_seqlens[b] + i when causal or local, else all at
+// cache_seqlens[b].
+int64_t rotary_positions(const DecodeParams& p, int64_t cache_seqlen) {
+  const bool per_token = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  return cache_seqlen + std::max<int64_t>(p.seqlen_new, per_token ? p.seqlen_q : 1);
 }
 
 }  // namespace
@@ -180,6 +220,7 @@ Status check_decode_shapes(const DecodeParams& p) {
     return invalid("seqlen_new: " + str(p.seqlen_new) + " exceeds the cache capacity " +
                    str(capacity(p)));
   }
+  if (Status s = check_rotary_shapes(p); !s.ok()) return s;
   // Valid input that no kernel runs yet: after every invalid_argument rule.
   if (!dtype_has_kernel(p.dtype)) {
     return {StatusCode::unsupported,
@@ -199,6 +240,11 @@ Status check_decode_indices(const DecodeParams& p, const int32_t* seqlens,
       return invalid(at + str(s) + " + seqlen_new " + str(p.seqlen_new) +
                      " exceeds the cache capacity " + str(cap) +
                      (is_paged(p) ? " (max_pages * page_size)" : " (cache_seqlen)"));
+    }
+    if (has_rotary(p) && rotary_positions(p, s) > p.seqlen_ro) {
+      return invalid(at + str(s) + " uses rotary positions up to " +
+                     str(rotary_positions(p, s) - 1) + ", beyond the tables' seqlen_ro " +
+                     str(p.seqlen_ro) + " rows");
     }
   }
   if (page_table != nullptr) {

@@ -59,6 +59,18 @@ struct DecodeProblem {
 
   const float* sinks = nullptr;  // (heads_q,) logits in natural-log units, or null
 
+  // Rotary embedding (DecodeParams): rotary_dim 0 is off. decode() points q_rotated (batch,
+  // seqlen_q, heads_q, head_dim) and k_new_rotated (batch, seqlen_new, heads_kv, head_dim), both
+  // dense, at workspace; decode_run fills them and runs the append and attention on them.
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  int rotary_dim = 0;
+  int seqlen_ro = 0;
+  bool rotary_interleaved = true;
+  bool rotary_q_per_token = false;  // causal or local: query token i at cache_seqlens[b] + i
+  void* q_rotated = nullptr;
+  void* k_new_rotated = nullptr;
+
   void* stream = nullptr;
 };
 
@@ -110,6 +122,14 @@ inline DecodeProblem make_decode_problem(const DecodeParams& p) {
   d.window_right = p.causal ? 0 : p.window_right;
   d.num_splits = 1;
   d.sinks = p.sinks;
+  if (p.rotary_cos != nullptr) {
+    d.rotary_cos = p.rotary_cos;
+    d.rotary_sin = p.rotary_sin;
+    d.rotary_dim = p.rotary_dim;
+    d.seqlen_ro = p.seqlen_ro;
+    d.rotary_interleaved = p.rotary_interleaved;
+    d.rotary_q_per_token = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  }
   d.stream = p.stream;
   return d;
 }

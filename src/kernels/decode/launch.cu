@@ -1,6 +1,7 @@
-// Entry points of the decode family: the append step, then dispatch on (dtype, head_dim) to the
-// generated instantiations (cmake/instantiations.cmake) of kDecodeHeadDims. This file sees only
-// the declarations of run_decode and blocks_per_sm (launch.cuh defines them).
+// Entry points of the decode family: the rotary step (when asked), the append step, then dispatch
+// on (dtype, head_dim) to the generated instantiations (cmake/instantiations.cmake) of
+// kDecodeHeadDims. This file sees only the declarations of run_decode and blocks_per_sm (launch.cuh
+// defines them).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,6 +12,7 @@
 #include "common/head_dims.h"
 #include "kernels/decode/append_kv.cuh"
 #include "kernels/decode/entry.h"
+#include "kernels/decode/rotary.cuh"
 
 namespace flashattn::decoding {
 
@@ -43,7 +45,41 @@ Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks) {
   });
 }
 
-Status decode_run(const DecodeProblem& p) {
+namespace {
+
+// Rotated copies of q and k_new into the workspace, then a problem that reads them (dense).
+Status rotate(const DecodeProblem& in, DecodeProblem& p) {
+  const auto stream = static_cast<cudaStream_t>(in.stream);
+  const int64_t rows = int64_t(in.batch) *
+                       (int64_t(in.seqlen_q) * in.heads_q + int64_t(in.seqlen_new) * in.heads_kv);
+  const int64_t blocks = std::min<int64_t>((rows * (in.head_dim / 2) + 255) / 256, 65535);
+  if (in.dtype == DType::bf16)
+    decoding::rotary_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(in);
+  else
+    decoding::rotary_kernel<__half><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(in);
+  FA_CUDA_LAUNCH_CHECK("decode rotary_kernel");
+  p = in;
+  p.q = in.q_rotated;
+  p.q_stride[0] = int64_t(in.seqlen_q) * in.heads_q * in.head_dim;
+  p.q_stride[1] = int64_t(in.heads_q) * in.head_dim;
+  p.q_stride[2] = in.head_dim;
+  if (in.seqlen_new > 0) {
+    p.k_new = in.k_new_rotated;
+    p.k_new_stride[0] = int64_t(in.seqlen_new) * in.heads_kv * in.head_dim;
+    p.k_new_stride[1] = int64_t(in.heads_kv) * in.head_dim;
+    p.k_new_stride[2] = in.head_dim;
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Status decode_run(const DecodeProblem& problem) {
+  DecodeProblem rotated;
+  if (problem.rotary_dim > 0) {
+    if (Status s = rotate(problem, rotated); !s.ok()) return s;
+  }
+  const DecodeProblem& p = problem.rotary_dim > 0 ? rotated : problem;
   const auto stream = static_cast<cudaStream_t>(p.stream);
   if (p.seqlen_new > 0) {
     const int64_t chunks = 2 * int64_t(p.batch) * p.seqlen_new * p.heads_kv * (p.head_dim / 8);
