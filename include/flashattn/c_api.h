@@ -136,7 +136,8 @@ FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
 /* The decode parameters (flashattn::DecodeParams, decode.h: the fields mean what the same-named
  * fields there mean; `struct_size` as above): 80 bytes of 32-bit fields, then pointers and 64-bit
  * fields, no implicit padding (368 bytes on LP64 in version 1; version 2 appends `sinks`, 376;
- * version 3 `softcap` and `reserved2`, 384).
+ * version 3 `softcap` and `reserved2`, 384; version 4 the rotary tables, `rotary_dim`,
+ * `seqlen_ro`, `rotary_interleaved` and `reserved3`, 416).
  * Strides are in elements, ordered (batch, seqlen, heads, dim); the cache's are (cache row or
  * page, row in it, heads, dim). The caches are written in place when k_new/v_new are given. */
 typedef struct flashattn_c_decode_params {
@@ -184,6 +185,13 @@ typedef struct flashattn_c_decode_params {
   /* Version 3 (384 bytes): */
   float softcap;      /* 0: off; else > 0: DecodeParams::softcap */
   uint32_t reserved2; /* must be 0 */
+  /* Version 4 (416 bytes): rotary embedding of q and k_new (DecodeParams::rotary_*). */
+  const void* rotary_cos;     /* optional (seqlen_ro, rotary_dim / 2) of dtype, device memory */
+  const void* rotary_sin;     /* with rotary_cos, same shape */
+  int32_t rotary_dim;         /* even, <= head_dim with the tables; else 0 */
+  int32_t seqlen_ro;          /* rows of the tables; 0 without them */
+  int32_t rotary_interleaved; /* 1: pairs (0,1),(2,3)... (GPT-J); 0: halves (GPT-NeoX) */
+  uint32_t reserved3;         /* must be 0 */
 } flashattn_c_decode_params;
 
 /* Validates, appends k_new/v_new into the caches and runs decode attention (asynchronously on

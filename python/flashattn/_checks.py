@@ -128,6 +128,20 @@ def sinks(sinks_, q, heads_q):
         raise ValueError(f"sinks.device: must be q's device ({q.device}), got {sinks_.device}")
 
 
+def rotary(cos, sin, q):
+    """Rotary tables: both None, or (seqlen_ro, rotary_dim / 2) tensors of q's dtype on q's
+    device (the library checks rotary_dim against head_dim and seqlen_ro against the positions)."""
+    if (cos is None) != (sin is None):
+        raise ValueError("rotary_cos/rotary_sin: give both or neither")
+    if cos is None:
+        return
+    for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
+        _tensor(name, t, 2, "(seqlen_ro, rotary_dim / 2)")
+        _same(f"{name}.dtype", t.dtype, q.dtype, "q.dtype")
+        _same(f"{name}.device", t.device, q.device, "q.device")
+    _same("rotary_sin.shape", tuple(sin.shape), tuple(cos.shape), "rotary_cos.shape")
+
+
 
 def backward(q, dout, out, lse, out_shape, lse_shape):
     """The backward's extra inputs: out and dout shaped as the forward's output, in q's dtype on

@@ -71,7 +71,7 @@ assert ctypes.sizeof(Params) == 272 and Params.q.offset == 64 and Params.q_strid
 
 
 class DecodeParams(ctypes.Structure):
-    """Mirror of flashattn_c_decode_params, version 3 (384 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_decode_params, version 4 (416 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -115,13 +115,19 @@ class DecodeParams(ctypes.Structure):
         ("sinks", ctypes.c_void_p),  # version 2
         ("softcap", ctypes.c_float),  # version 3
         ("reserved2", ctypes.c_uint32),
+        ("rotary_cos", ctypes.c_void_p),  # version 4
+        ("rotary_sin", ctypes.c_void_p),
+        ("rotary_dim", ctypes.c_int32),
+        ("seqlen_ro", ctypes.c_int32),
+        ("rotary_interleaved", ctypes.c_int32),
+        ("reserved3", ctypes.c_uint32),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(DecodeParams), **fields)
 
 
-assert (ctypes.sizeof(DecodeParams) == 384 and DecodeParams.q.offset == 80
+assert (ctypes.sizeof(DecodeParams) == 416 and DecodeParams.q.offset == 80
         and DecodeParams.q_stride.offset == 176)
 
 

@@ -83,13 +83,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, lse) if return_lse else out
 
 
-def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
-                            cache_batch_idx=None, block_table=None, softmax_scale=None,
-                            causal=False, window_size=(-1, -1), num_splits=0,
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), num_splits=0,
                             return_softmax_lse=False, *, check_indices=False, sinks=None,
-                            softcap=0.0):
+                            softcap=0.0, rotary_interleaved=True):
     """Decode: a few new query tokens against a KV cache, as flash-attn's function of this name
-    (without its rotary and alibi arguments). CUDA tensors only.
+    (without its alibi and cache_leftpad arguments). CUDA tensors only.
 
     q: (batch, seqlen_q, heads_q, head_dim), seqlen_q 1..16. k_cache, v_cache: (batch_cache,
     seqlen_cache, heads_kv, head_dim), or paged (num_blocks, page_block_size, heads_kv,
@@ -105,6 +105,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     range (synchronises the stream, so not inside a CUDA graph); off, out-of-range indices are
     never dereferenced but the result is unspecified. sinks: as flash_attn_func (fp32 (heads_q,)
     on q's device). softcap: as flash_attn_func.
+    rotary_cos, rotary_sin: optional (seqlen_ro, rotary_dim / 2) tensors in q's dtype on q's
+    device (rotary_dim even, <= head_dim): q and k are rotated before k is appended (into
+    library workspace; the tensors passed are not modified), only their first rotary_dim dims.
+    k's token i sits at position cache_seqlens[b] + i; q's token i too when causal or local
+    (window_size != (-1, -1)), else every query token sits at cache_seqlens[b]. Arithmetic:
+    fp32, then rounded once to the element type. rotary_interleaved: True rotates pairs (0, 1),
+    (2, 3), ... (GPT-J), False the halves x[:rotary_dim / 2], x[rotary_dim / 2:rotary_dim]
+    (GPT-NeoX). seqlen_ro must cover every position used; check_indices=True checks it (and
+    synchronises), otherwise it is the caller's duty.
 
     Returns out (batch, seqlen_q, heads_q, head_dim); with return_softmax_lse, (out, lse), lse
     (batch, heads_q, seqlen_q) fp32, natural log, -inf for rows that see no key.
@@ -121,5 +130,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     out, lse = ops.fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                block_table, 0.0 if softmax_scale is None else float(softmax_scale),
                                bool(causal), left, right, int(num_splits), bool(check_indices),
-                               sinks, float(softcap))
+                               sinks, float(softcap), rotary_cos, rotary_sin,
+                               bool(rotary_interleaved))
     return (out, lse) if return_softmax_lse else out

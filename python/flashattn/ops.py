@@ -181,13 +181,17 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
     schema="(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
            "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, "
            "float softmax_scale, bool causal, int window_left, int window_right, int num_splits, "
-           "bool check_indices, Tensor? sinks=None, float softcap=0.0) -> (Tensor, Tensor)")
+           "bool check_indices, Tensor? sinks=None, float softcap=0.0, Tensor? rotary_cos=None, "
+           "Tensor? rotary_sin=None, bool rotary_interleaved=True) -> (Tensor, Tensor)")
 def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
                 softmax_scale, causal, window_left, window_right, num_splits, check_indices,
-                sinks=None, softcap=0.0):
-    """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), fp32."""
+                sinks=None, softcap=0.0, rotary_cos=None, rotary_sin=None,
+                rotary_interleaved=True):
+    """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), fp32. With
+    rotary_cos/rotary_sin, q and k are rotated into library workspace first (never in place)."""
     _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table)
     _checks.sinks(sinks, q, q.shape[2])
+    _checks.rotary(rotary_cos, rotary_sin, q)
     q = _last_dim_contiguous(q)
     if k is not None:
         k, v = _last_dim_contiguous(k), _last_dim_contiguous(v)
@@ -224,6 +228,12 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
     if sinks is not None:
         sinks = sinks.contiguous()
         params.sinks = _ptr(sinks)
+    if rotary_cos is not None:  # dense tables; no host synchronisation (graph-capture safe)
+        rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
+        params.rotary_cos, params.rotary_sin = _ptr(rotary_cos), _ptr(rotary_sin)
+        rot = _dims(rotary_dim=2 * rotary_cos.shape[1], seqlen_ro=rotary_cos.shape[0])
+        params.rotary_dim, params.seqlen_ro = rot["rotary_dim"], rot["seqlen_ro"]
+        params.rotary_interleaved = int(bool(rotary_interleaved))
     with torch.cuda.device(q.device):
         params.stream = torch.cuda.current_stream(q.device).cuda_stream or None
         _lib.decode(params)
@@ -232,7 +242,8 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
-      causal, window_left, window_right, num_splits, check_indices, sinks=None, softcap=0.0):
+      causal, window_left, window_right, num_splits, check_indices, sinks=None, softcap=0.0,
+      rotary_cos=None, rotary_sin=None, rotary_interleaved=True):
     batch, seqlen_q, heads_q, _ = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)

@@ -51,13 +51,15 @@ static_assert(offsetof(flashattn_c_fwd_params, sinks) == kV1Size);
 static_assert(offsetof(flashattn_c_fwd_params, softcap) == 264);  // version 2's size
 static_assert(sizeof(flashattn_c_fwd_params) == 272);
 
-// The decode struct's layout; version 1 ended at 368 bytes (before `sinks`).
+// The decode struct's layout; version 1 ended at 368 bytes (before `sinks`); `reserved3` pads
+// version 4 (the rotary fields) to a multiple of 8 bytes.
 static_assert(offsetof(flashattn_c_decode_params, q) == 80);
 static_assert(offsetof(flashattn_c_decode_params, q_stride) == 176);
 constexpr size_t kDecodeV1Size = 368;
 static_assert(offsetof(flashattn_c_decode_params, sinks) == kDecodeV1Size);
-static_assert(offsetof(flashattn_c_decode_params, softcap) == 376);  // version 2's size
-static_assert(sizeof(flashattn_c_decode_params) == 384);
+static_assert(offsetof(flashattn_c_decode_params, softcap) == 376);     // version 2's size
+static_assert(offsetof(flashattn_c_decode_params, rotary_cos) == 384);  // version 3's size
+static_assert(sizeof(flashattn_c_decode_params) == 416);
 
 // The backward struct's layout (version 1: 432 bytes; its sixteenth 32-bit field is
 // `deterministic`, so it has no `reserved`).
@@ -101,7 +103,9 @@ static_assert(sizeof(flashattn_c_bwd_params) == 440);
   FIELD(o_stride, o.stride) FIELD(k_cache_stride, k_cache.stride)                               \
   FIELD(v_cache_stride, v_cache.stride) FIELD(k_new_stride, k_new.stride)                       \
   FIELD(v_new_stride, v_new.stride) FIELD(sinks, sinks) FIELD(softcap, softcap)              \
-  HEADER(reserved2)
+  HEADER(reserved2) FIELD(rotary_cos, rotary_cos) FIELD(rotary_sin, rotary_sin)                 \
+  FIELD(rotary_dim, rotary_dim) FIELD(seqlen_ro, seqlen_ro)                                     \
+  FIELD(rotary_interleaved, rotary_interleaved) HEADER(reserved3)
 
 #define FLASHATTN_C_BWD_FIELDS(HEADER, FIELD)                                                   \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
@@ -213,6 +217,10 @@ Status read_versioned(const CParams* in, size_t v1_size, const char* type, CPara
   }
   if (out.reserved2 != 0) {  // zero when the caller's struct ends before it
     return invalid("reserved2: must be 0, got " + std::to_string(out.reserved2));
+  }
+  if constexpr (requires { out.reserved3; }) {
+    if (out.reserved3 != 0)
+      return invalid("reserved3: must be 0, got " + std::to_string(out.reserved3));
   }
   if (out.dtype < FLASHATTN_C_BF16 || out.dtype > FLASHATTN_C_E5M2) {
     return invalid(

@@ -12,7 +12,7 @@ from flashattn import _lib
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
     assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 272
-    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 384
+    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 416
     assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 440
     assert flashattn.library_version() == flashattn.__version__
 
@@ -115,6 +115,40 @@ def test_softcap_and_reserved2_and_older_sizes(struct, check, old_size):
     fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(cls)}
     assert fields["softcap"] == ("float", old_size)
     assert fields["reserved2"] == ("uint32", old_size + 4)
+
+
+def test_rotary_fields_reserved3_and_older_sizes():
+    """Version 4 appends the rotary fields (pointers, then int32s, reserved3 padding to 416):
+    their rules are read from a struct of the current size; a caller of version 3 (384 bytes)
+    is not read past its end, so a bad tail is ignored and the call stops at the next rule."""
+    def params(**kw):  # the shape rules read no memory: placeholder pointers
+        return _lib.DecodeParams(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1,
+                                 head_dim=64, cache_seqlen=16, cache_seqlens=16, **kw)
+    assert _lib.decode_can_implement(params(reserved3=1)) == (
+        _lib.INVALID_ARGUMENT, "reserved3: must be 0, got 1")
+    assert _lib.decode_can_implement(params(rotary_dim=32)) == (
+        _lib.INVALID_ARGUMENT, "rotary_dim: must be 0 without rotary_cos/rotary_sin, got 32")
+    assert _lib.decode_can_implement(params(rotary_cos=64, rotary_dim=32, seqlen_ro=8)) == (
+        _lib.INVALID_ARGUMENT, "rotary_cos/rotary_sin: give both or neither")
+    code, msg = _lib.decode_can_implement(params(rotary_cos=64, rotary_sin=128, rotary_dim=66,
+                                                 seqlen_ro=8))
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith(
+        "rotary_dim: must be even and in [2, head_dim = 64]")
+    assert _lib.decode_can_implement(params(rotary_cos=64, rotary_sin=128, rotary_dim=32,
+                                            rotary_interleaved=2)) == (
+        _lib.INVALID_ARGUMENT, "rotary_interleaved: must be 0 or 1, got 2")
+    old = params(rotary_dim=32, reserved3=1)
+    old.struct_size = 384
+    code, msg = _lib.decode_can_implement(old)
+    assert "rotary" not in msg and "reserved3" not in msg
+    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(
+        _lib.DecodeParams)}
+    assert fields["rotary_cos"] == ("pointer", 384)
+    assert fields["rotary_sin"] == ("pointer", 392)
+    assert fields["rotary_dim"] == ("int32", 400)
+    assert fields["seqlen_ro"] == ("int32", 404)
+    assert fields["rotary_interleaved"] == ("int32", 408)
+    assert fields["reserved3"] == ("uint32", 412)
 
 
 def test_softcap_rule_through_the_abi():

@@ -14,7 +14,7 @@ from flashattn import _lib, flash_attn_with_kvcache
 
 
 def test_decode_struct_mirrors_the_library():
-    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 376
+    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 416
 
 
 def test_decode_struct_reaches_the_validation():
@@ -176,6 +176,138 @@ def test_custom_op_declares_its_mutations():
     kwargs, _, _ = _case(2, 8, 2, 64, 1, [40, 7], 1, 0, False, torch.bfloat16)
     args = (kwargs["q"], kwargs["k_cache"], kwargs["v_cache"], kwargs["k"], kwargs["v"],
             kwargs["cache_seqlens"], None, None, 0.0, False, -1, -1, 0, False)
+    torch.library.opcheck(torch.ops.flashattn.fwd_kvcache.default, args,
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+# ---- rotary (rotary_cos, rotary_sin, rotary_interleaved) ------------------------------------------
+def _rotary_tables(seqlen_ro, rotary_dim, dtype):
+    """Standard tables (theta 10000): cos/sin of t * 10000^(-2p / rotary_dim), (seqlen_ro,
+    rotary_dim / 2) in dtype."""
+    inv = 10000.0 ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.outer(torch.arange(seqlen_ro, dtype=torch.float64), inv)
+    return angles.cos().to(dtype).cuda(), angles.sin().to(dtype).cuda()
+
+
+def _rotate(x, cos, sin, pos, interleaved):
+    """Rotary of x (..., d) at positions pos (x.shape[:-2] or broadcastable, long), the torch
+    version of decode's arithmetic: the products x*cos and x*sin of two 16-bit values are exact
+    in fp64 (and in fp32), so x0*c - x1*s formed in fp64 and rounded to fp32 is the kernel's
+    single-rounding fma; then one more rounding to the element type. Bitwise the kernel's."""
+    rd = 2 * cos.shape[1]
+    c, s = cos[pos].double().unsqueeze(-2), sin[pos].double().unsqueeze(-2)
+    xd = x.double()
+    i0, i1 = ((slice(0, rd, 2), slice(1, rd, 2)) if interleaved
+              else (slice(0, rd // 2), slice(rd // 2, rd)))
+    x0, x1 = xd[..., i0], xd[..., i1]
+    out = x.clone()
+    out[..., i0] = (x0 * c - x1 * s).float().to(x.dtype)
+    out[..., i1] = (x1 * c + x0 * s).float().to(x.dtype)
+    return out
+
+
+ROTARY_CASES = [
+    # batch, hq, hkv, d, sq, seqlens, seqlen_new, page_size, dtype, causal, window, rotary_dim,
+    # num_splits
+    (3, 8, 2, 128, 1, [300, 0, 1000], 1, 0, torch.bfloat16, True, (-1, -1), 128, 0),
+    (2, 8, 2, 128, 3, [200, 513], 3, 16, torch.float16, True, (-1, -1), 64, 3),
+    (2, 6, 1, 64, 3, [200, 513], 3, 0, torch.bfloat16, False, (-1, -1), 32, 0),  # q at seqlens
+    (2, 16, 16, 256, 2, [64, 700], 0, 64, torch.float16, False, (40, 0), 256, 1),  # local
+    (1, 8, 2, 64, 4, [2047], 2, 1, torch.bfloat16, False, (-1, -1), 6, 0),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interleaved", [True, False], ids=["interleaved", "halves"])
+@pytest.mark.parametrize(
+    "case", ROTARY_CASES, ids=lambda c: f"b{c[0]}_h{c[1]}x{c[2]}_d{c[3]}_q{c[4]}_new{c[6]}_"
+                                       f"page{c[7]}_c{int(c[9])}_w{c[10][0]}_rd{c[11]}")
+def test_rotary_matches_torch_and_appends_rotated_keys_exactly(case, interleaved):
+    batch, hq, hkv, d, sq, seqlens, new, page, dtype, causal, window, rd, splits = case
+    kwargs, (k_expect, v_expect), keys = _case(batch, hq, hkv, d, sq, seqlens, new, page, False,
+                                               dtype)
+    cos, sin = _rotary_tables(max(seqlens) + max(new, sq) + 3, rd, dtype)
+    q_in = kwargs["q"].clone()
+    k_in = None if kwargs["k"] is None else kwargs["k"].clone()
+    out, lse = flash_attn_with_kvcache(**kwargs, rotary_cos=cos, rotary_sin=sin,
+                                       rotary_interleaved=interleaved, causal=causal,
+                                       window_size=window, num_splits=splits,
+                                       return_softmax_lse=True, check_indices=True)
+    torch.cuda.synchronize()
+    assert torch.equal(kwargs["q"], q_in), "q was modified"
+    if k_in is not None:
+        assert torch.equal(kwargs["k"], k_in), "k was modified"
+    lens = torch.tensor(seqlens, dtype=torch.long, device="cuda")
+    local = causal or window != (-1, -1)
+    tok = torch.arange(sq, device="cuda") if local else torch.zeros(sq, dtype=torch.long,
+                                                                     device="cuda")
+    q_rot = _rotate(q_in, cos, sin, lens[:, None] + tok[None, :], interleaved)
+    if new:
+        k_rot = _rotate(k_in, cos, sin, lens[:, None] + torch.arange(new, device="cuda"),
+                        interleaved)
+        for b in range(batch):
+            for n in range(new):
+                r, i = keys[b][seqlens[b] + n]
+                k_expect[r, i] = k_rot[b, n]
+    assert torch.equal(kwargs["k_cache"].view(torch.int16), k_expect.view(torch.int16))
+    assert torch.equal(kwargs["v_cache"].view(torch.int16), v_expect.view(torch.int16))
+    _check_entries(out, lse, {**kwargs, "q": q_rot}, (k_expect, v_expect), keys, None, causal,
+                   window)
+
+
+@pytest.mark.gpu
+def test_rotary_under_graph_capture_and_compile():
+    """No host synchronisation with check_indices off: the call captures into a CUDA graph and
+    compiles with fullgraph; both equal the eager call bitwise."""
+    kwargs, _, _ = _case(2, 8, 2, 128, 2, [100, 37], 0, 16, False, torch.bfloat16)
+    cos, sin = _rotary_tables(140, 64, torch.bfloat16)
+
+    def step(q):
+        return flash_attn_with_kvcache(q, kwargs["k_cache"], kwargs["v_cache"], rotary_cos=cos,
+                                       rotary_sin=sin, cache_seqlens=kwargs["cache_seqlens"],
+                                       block_table=kwargs["block_table"], causal=True,
+                                       rotary_interleaved=False)
+    eager = step(kwargs["q"])
+    compiled = torch.compile(step, fullgraph=True)(kwargs["q"])
+    assert torch.equal(compiled, eager)
+    static_q = kwargs["q"].clone()
+    step(static_q)  # warm-up outside the capture (pool, occupancy query)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = step(static_q)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("change, says", [
+    (dict(no_sin=True), "rotary_cos/rotary_sin: give both or neither"),
+    (dict(rd=130), "rotary_dim: must be even and in \\[2, head_dim = 128\\]"),
+    (dict(rows=100), "uses rotary positions up to 100, beyond the tables' seqlen_ro 100"),
+    (dict(dtype=torch.float16), "rotary_cos.dtype: must equal q.dtype"),
+])
+def test_rotary_bad_arguments(change, says):
+    kwargs, _, _ = _case(1, 8, 2, 128, 1, [100], 1, 0, False, torch.bfloat16)
+    cos, sin = _rotary_tables(change.get("rows", 200), change.get("rd", 64),
+                              change.get("dtype", torch.bfloat16))
+    k_before = kwargs["k_cache"].clone()
+    with pytest.raises(ValueError, match=says):
+        flash_attn_with_kvcache(**kwargs, rotary_cos=cos,
+                                rotary_sin=None if change.get("no_sin") else sin,
+                                check_indices=True)
+    assert torch.equal(kwargs["k_cache"].view(torch.int16), k_before.view(torch.int16))
+
+
+@pytest.mark.gpu
+def test_rotary_custom_op_schema_and_fake():
+    kwargs, _, _ = _case(2, 8, 2, 64, 1, [40, 7], 1, 0, False, torch.bfloat16)
+    cos, sin = _rotary_tables(64, 32, torch.bfloat16)
+    args = (kwargs["q"], kwargs["k_cache"], kwargs["v_cache"], kwargs["k"], kwargs["v"],
+            kwargs["cache_seqlens"], None, None, 0.0, True, -1, -1, 0, False, None, 0.0, cos, sin,
+            False)
     torch.library.opcheck(torch.ops.flashattn.fwd_kvcache.default, args,
                           test_utils=("test_schema", "test_faketensor"))
 
