@@ -227,6 +227,16 @@ const std::vector<Flag>& flags() {
        int_field("--page-size", &Options::page_size, 0, kMaxSeqlen)},
       {"--splits", "N", "decode: KV splits [0: the heuristic]",
        int_field("--splits", &Options::num_splits, 0, 128)},
+      {"--rotary-dim", "N",
+       "decode: rotary embedding of q over its first N dims (even, <= hdim),\n"
+       "                         standard tables (theta 10000) at positions seqlen-k + i [0: off]",
+       int_field("--rotary-dim", &Options::rotary_dim, 0, kMaxHeadDim)},
+      {"--rotary-interleaved", nullptr,
+       "decode: rotate pairs (0,1),(2,3)... (GPT-J) instead of halves (GPT-NeoX)",
+       [](Options& o, std::string_view) -> std::string {
+         o.rotary_interleaved = true;
+         return {};
+       }},
       // Ablations and diagnosis (flashattn::DebugOptions; the library reads no environment).
       {"--fa4", "none|rescale",
        "k4-k6 softmax: 'rescale' keeps FlashAttention-4's conditional O\n"
@@ -326,6 +336,14 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   }
   if (opts.bwd && (opts.decode_q > 0 || opts.sweep_decode)) {
     error = "--bwd: decode (--decode, --sweep decode) has no backward";
+    return ParseOutcome::error;
+  }
+  if (opts.rotary_dim > 0 && opts.decode_q == 0 && !opts.sweep_decode) {
+    error = "--rotary-dim: only with --decode or --sweep decode (rotary is a decode option)";
+    return ParseOutcome::error;
+  }
+  if (opts.rotary_interleaved && opts.rotary_dim == 0) {
+    error = "--rotary-interleaved: only with --rotary-dim N";
     return ParseOutcome::error;
   }
   if (debug_set && (opts.decode_q > 0 || opts.sweep_decode)) {

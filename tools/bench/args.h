@@ -42,6 +42,8 @@ struct Options {
   int decode_q = 0;
   int page_size = 0;   // decode: 0 contiguous cache, else paged with this page size
   int num_splits = 0;  // decode: 0 lets the heuristic choose
+  int rotary_dim = 0;  // decode: rotary embedding of q over this many dims (0: off)
+  bool rotary_interleaved = false;  // decode: GPT-J pairs instead of GPT-NeoX halves
   bool sweep_decode = false;
   // Backward mode (--bwd): the forward runs once for o and lse, then backward() is timed.
   bool bwd = false;

@@ -17,6 +17,8 @@ struct DecodeWorkload {
   Workload w;  // seqlen_q: query tokens; seqlen_k: tokens in each entry's cache
   int page_size = 0;
   int num_splits = 0;
+  int rotary_dim = 0;  // rotary embedding of q (0: off); cache full, so positions seqlen_k + i
+  bool rotary_interleaved = false;
 };
 
 // The decode grid: PEERS.md's six shapes (32 query / 8 KV heads, hd 128), the shapes of the
@@ -39,6 +41,8 @@ std::vector<DecodeWorkload> decode_workloads(const Options& o) {
     d.w.softcap = o.softcap;
     d.page_size = page_size;
     d.num_splits = o.num_splits;
+    d.rotary_dim = o.rotary_dim;
+    d.rotary_interleaved = o.rotary_interleaved;
     return d;
   };
   if (!o.sweep_decode) {
@@ -75,8 +79,11 @@ struct DecodeSet {
 struct DecodeBuffers {
   DecodeWorkload d;
   std::vector<DecodeSet> sets;
-  Block o, lse, seqlens, table, sinks;
+  Block o, lse, seqlens, table, sinks, rotary_cos, rotary_sin;
   std::vector<int32_t> host_table;
+  // --rotary-dim: standard tables (theta 10000) for positions 0 .. seqlen_k + seqlen_q - 1.
+  std::vector<uint16_t> host_cos, host_sin;
+  int seqlen_ro = 0;
   std::vector<float> host_sinks;  // --sinks: one logit per query head in [-4, 4]
   int max_pages = 0, num_pages = 0;
   size_t q_bytes = 0, cache_bytes = 0;
@@ -113,6 +120,21 @@ struct DecodeBuffers {
                                   "cudaMemcpy(sinks)");
           !st.ok())
         return st;
+    }
+    if (d.rotary_dim > 0) {
+      seqlen_ro = w.seqlen_k + w.seqlen_q;
+      host_cos.resize(size_t(seqlen_ro) * std::max(d.rotary_dim / 2, 1));
+      host_sin.resize(host_cos.size());
+      reference::rotary_tables(w.dtype, seqlen_ro, d.rotary_dim, 10000.0, host_cos.data(),
+                               host_sin.data());
+      for (auto [blk, host] : {std::pair{&rotary_cos, &host_cos}, {&rotary_sin, &host_sin}}) {
+        if (Status st = blk->allocate(Memory::device, host->size() * 2); !st.ok()) return st;
+        if (Status st = cuda_status(
+                cudaMemcpy(blk->get(), host->data(), host->size() * 2, cudaMemcpyHostToDevice),
+                "cudaMemcpy(rotary tables)");
+            !st.ok())
+          return st;
+      }
     }
     const std::vector<int32_t> lens(size_t(w.batch), w.seqlen_k);
     if (Status st = cuda_status(
@@ -206,6 +228,13 @@ struct DecodeBuffers {
     p.cache_seqlens = static_cast<const int32_t*>(seqlens.get());
     p.sinks = d.w.sinks ? static_cast<const float*>(sinks.get()) : nullptr;
     p.softcap = d.w.softcap;
+    if (d.rotary_dim > 0) {
+      p.rotary_cos = rotary_cos.get();
+      p.rotary_sin = rotary_sin.get();
+      p.rotary_dim = d.rotary_dim;
+      p.seqlen_ro = seqlen_ro;
+      p.rotary_interleaved = d.rotary_interleaved;
+    }
     p.stream = stream;
     return p;
   }
@@ -240,7 +269,8 @@ Status measure_copy(cudaStream_t stream, double* gbps) {
 }
 
 // One poisoned run on set 0, then the oracle on up to four batch entries (first, last, two
-// between), each against its cache gathered densely on the host.
+// between), each against its cache gathered densely on the host (and its queries rotated on the
+// host with reference::apply_rotary, decode's arithmetic, under --rotary-dim).
 Status check_decode(const DecodeBuffers& buf, const RunContext& ctx, CheckSummary& out) {
   const Workload& w = buf.d.w;
   cudaMemsetAsync(buf.o.get(), 0xFF, buf.o.bytes(), ctx.stream);
@@ -257,6 +287,17 @@ Status check_decode(const DecodeBuffers& buf, const RunContext& ctx, CheckSummar
                         o = host(buf.o);
   std::vector<float> lse(buf.lse.bytes() / 4);
   cudaMemcpy(lse.data(), buf.lse.get(), buf.lse.bytes(), cudaMemcpyDeviceToHost);
+  if (buf.d.rotary_dim > 0) {  // the cache is full: query token i at seqlen_k (+ i if local)
+    const bool per_token = w.causal || w.window_left >= 0 || w.window_right >= 0;
+    for (int b = 0; b < w.batch; ++b)
+      for (int i = 0; i < w.seqlen_q; ++i)
+        for (int h = 0; h < w.heads; ++h) {
+          uint16_t* row = q.data() + ((size_t(b) * w.seqlen_q + i) * w.heads + h) * w.hdim;
+          reference::apply_rotary(w.dtype, buf.host_cos.data(), buf.host_sin.data(),
+                                  buf.d.rotary_dim, buf.d.rotary_interleaved,
+                                  w.seqlen_k + (per_token ? i : 0), row, row, w.hdim);
+        }
+  }
   std::vector<int> entries = {0, w.batch / 3, 2 * w.batch / 3, w.batch - 1};
   entries.erase(std::unique(entries.begin(), entries.end()), entries.end());
   out.ran = true;
@@ -317,6 +358,8 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
   DecodeInfo info;
   info.page_size = dw.page_size;
   info.num_splits = dw.num_splits;
+  info.rotary_dim = dw.rotary_dim;
+  info.rotary_interleaved = dw.rotary_interleaved;
   info.kv_bytes = 2.0 * w.batch * w.seqlen_k * w.kv_heads * w.hdim * 2;
   info.copy_gbps = copy_gbps;
   rec.decode = info;
@@ -428,6 +471,10 @@ int run_decode(const Options& opts, const RunInfo& info, const RunContext& ctx) 
   if (info.sm_clock_mhz) std::printf(" (peak SM clock %d MHz)", *info.sm_clock_mhz);
   std::printf("\n# seed: %llu\n# device-to-device copy (1 GiB, read+write): %.0f GB/s\n",
               static_cast<unsigned long long>(info.seed), copy_gbps);
+  if (opts.rotary_dim > 0) {
+    std::printf("# rotary: q's first %d dims, %s, theta 10000\n", opts.rotary_dim,
+                opts.rotary_interleaved ? "interleaved pairs (GPT-J)" : "halves (GPT-NeoX)");
+  }
   std::printf("%-7s %-5s %5s %4s %4s %3s %7s %4s %5s %6s %9s %8s %7s %9s %4s\n", "kernel", "dtype",
               "b", "hq", "hkv", "sq", "sk", "d", "page", "splits", "ms", "GB/s", "%copy", "max_err",
               "ok");

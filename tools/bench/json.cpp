@@ -93,6 +93,10 @@ std::string record_json(const Record& r) {
     s += ", \"mode\": \"decode\"";
     s += ", \"page_size\": " + std::to_string(r.decode->page_size);
     s += ", \"num_splits\": " + std::to_string(r.decode->num_splits);
+    s += ", \"rotary_dim\": " + std::to_string(r.decode->rotary_dim);
+    if (r.decode->rotary_dim > 0)
+      s += std::string(", \"rotary_interleaved\": ") +
+           (r.decode->rotary_interleaved ? "true" : "false");
     s += ", \"bytes\": " + number(r.decode->kv_bytes);
     s += ", \"gbps\": " + (r.ran ? number(r.decode->gbps) : "null");
     s += ", \"copy_gbps\": " + number(r.decode->copy_gbps);

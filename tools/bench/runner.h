@@ -29,6 +29,8 @@ struct DecodeInfo {
   double kv_bytes = 0;  // K and V bytes read per call
   double gbps = 0;      // kv_bytes / median time
   double copy_gbps = 0;  // device-to-device copy in the same run, bytes read + written per second
+  int rotary_dim = 0;    // rotary embedding of q (0: off)
+  bool rotary_interleaved = false;
 };
 
 struct Record {
