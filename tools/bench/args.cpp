@@ -229,7 +229,8 @@ const std::vector<Flag>& flags() {
        int_field("--splits", &Options::num_splits, 0, 128)},
       {"--rotary-dim", "N",
        "decode: rotary embedding of q over its first N dims (even, <= hdim),\n"
-       "                         standard tables (theta 10000) at positions seqlen-k + i [0: off]",
+       "                         standard tables (theta 10000); query i at seqlen-k + i when causal\n"
+       "                         or windowed, else all at seqlen-k (flash-attn's rule) [0: off]",
        int_field("--rotary-dim", &Options::rotary_dim, 0, kMaxHeadDim)},
       {"--rotary-interleaved", nullptr,
        "decode: rotate pairs (0,1),(2,3)... (GPT-J) instead of halves (GPT-NeoX)",
