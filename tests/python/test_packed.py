@@ -110,7 +110,7 @@ def test_qkvpacked_passes_views(recorded):
         assert inside(t, qkv) and t.shape == (2, 9, 4, 64)
         assert t.data_ptr() == qkv[:, :, i].data_ptr() and t.stride() == qkv[:, :, i].stride()
     assert dense.kwargs == dict(softmax_scale=None, causal=True, window_size=(-1, -1),
-                                return_lse=False, kernel="cpu", deterministic=False)
+                                return_lse=False, kernel="cpu", deterministic=False, softcap=0.0)
 
 
 def test_qkvpacked_gqa_form_passes_views(recorded):
@@ -146,7 +146,7 @@ def test_varlen_qkvpacked_passes_views(recorded, gqa):
     assert (q.shape, k.shape) == ((17, 4, 64), (17, 2 if gqa else 4, 64))
     assert cu_q is cu_seqlens and cu_k is cu_seqlens and max_q == max_k == 12
     assert varlen.kwargs == dict(softmax_scale=None, causal=True, window_size=(3, 0),
-                                 return_lse=False, kernel="auto", deterministic=False)
+                                 return_lse=False, kernel="auto", deterministic=False, softcap=0.0)
 
 
 def test_varlen_kvpacked_passes_views(recorded):
