@@ -214,6 +214,34 @@ __device__ __forceinline__ void add_dq4(float* p, const float4& v) {
 #endif
 }
 
+// One warp's share of a [key][dim] accumulator (dK or dV), times `scale`, rounded and stored
+// through `stride` (batch, token, head) for the block's first `keys` keys.
+template <class Grid, typename Element, int kRF, int kCF>
+__device__ __forceinline__ void store_key_rows(const Frag (&acc)[kRF][kCF], void* base,
+                                               const int64_t (&stride)[3], const Problem& p,
+                                               const SequenceView& seq_kv, int b, int h_kv,
+                                               int key0, int keys, float scale, int warp,
+                                               int lane) {
+  Element* out = static_cast<Element*>(base) +
+                 (p.cu_seqlens_k != nullptr ? seq_kv.token_k * stride[1] : b * stride[0]) +
+                 h_kv * stride[2] + key0 * stride[1];
+  const int r0 = Grid::row0(warp), c0 = Grid::col0(warp), g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < kRF; ++mi)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r0 + mi * 16 + g + 8 * hh;
+      if (r < keys) {
+#pragma unroll
+        for (int ni = 0; ni < kCF; ++ni) {
+          const int c = c0 + ni * 8 + 2 * t;
+          *reinterpret_cast<uint32_t*>(out + r * stride[1] + c) =
+              pack2<Element>(acc[mi][ni][2 * hh] * scale, acc[mi][ni][2 * hh + 1] * scale);
+        }
+      }
+    }
+}
+
 // Grid (key blocks, heads_kv, batch); 8 warps.
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1)
@@ -440,41 +468,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   cute::cp_async_wait<0>();  // a block that saw no query still has K and V in flight
 
   // dK (scaled: S was scale·Q·Kᵀ) and dV, rows of this block's keys only.
-  const bool varlen = p.cu_seqlens_k != nullptr;
-  Element* dk_g = static_cast<Element*>(bp.dk) + (varlen ? seq_kv.token_k * bp.dk_stride[1]
-                                                         : b * bp.dk_stride[0]) +
-                  h_kv * bp.dk_stride[2] + key0 * bp.dk_stride[1];
-  Element* dv_g = static_cast<Element*>(bp.dv) + (varlen ? seq_kv.token_k * bp.dv_stride[1]
-                                                         : b * bp.dv_stride[0]) +
-                  h_kv * bp.dv_stride[2] + key0 * bp.dv_stride[1];
-#pragma unroll
-  for (int mi = 0; mi < GridDk::kRF; ++mi)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = dk_r0 + mi * 16 + g + 8 * hh;
-      if (r < keys) {
-#pragma unroll
-        for (int ni = 0; ni < GridDk::kCF; ++ni) {
-          const int c = dk_c0 + ni * 8 + 2 * t;
-          *reinterpret_cast<uint32_t*>(dk_g + r * bp.dk_stride[1] + c) = pack2<Element>(
-              dk_acc[mi][ni][2 * hh] * p.scale, dk_acc[mi][ni][2 * hh + 1] * p.scale);
-        }
-      }
-    }
-#pragma unroll
-  for (int mi = 0; mi < GridDv::kRF; ++mi)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = dv_r0 + mi * 16 + g + 8 * hh;
-      if (r < keys) {
-#pragma unroll
-        for (int ni = 0; ni < GridDv::kCF; ++ni) {
-          const int c = dv_c0 + ni * 8 + 2 * t;
-          *reinterpret_cast<uint32_t*>(dv_g + r * bp.dv_stride[1] + c) =
-              pack2<Element>(dv_acc[mi][ni][2 * hh], dv_acc[mi][ni][2 * hh + 1]);
-        }
-      }
-    }
+  store_key_rows<GridDk, Element>(dk_acc, bp.dk, bp.dk_stride, p, seq_kv, b, h_kv, key0, keys, p.scale,
+                         warp, lane);
+  store_key_rows<GridDv, Element>(dv_acc, bp.dv, bp.dv_stride, p, seq_kv, b, h_kv, key0, keys, 1.f, warp,
+                         lane);
 }
 
 }  // namespace flashattn::fa2_bwd
