@@ -12,8 +12,9 @@
 #   peers:BACKENDS     bench/peers_sdpa.py on the standard grid -> peers.json
 #   cpu:MAXSEQ         the CPU backend on the standard grid up to MAXSEQ -> cpu.json
 #   python             pytest tests/python against the carried library
-#   sanitize-bwd       compute-sanitizer memcheck/racecheck/synccheck on the fa2 backward (and
-#                      deterministic) at each head dim of $SANITIZE_HDIMS (default 64 128 256)
+#   sanitize-bwd       compute-sanitizer memcheck/racecheck/synccheck on the backward families
+#                      ($SANITIZE_BWD_KERNELS, default fa2 k6; deterministic too) at each head dim
+#                      of $SANITIZE_HDIMS (default 64 128 256; k6 at 64 and 128)
 #   peers-bwd:BACKENDS bench/peers_sdpa.py --bwd on the standard grid -> peers_bwd.json
 #   train              bench/train_check.py: 300 training steps, flashattn vs SDPA -> train_check.json
 #   compare            bench/compare.py: our kernels and SDPA backends -> compare.{json,png,md}
@@ -74,12 +75,15 @@ for step in "$@"; do
     sanitize-bwd)
       log "compute-sanitizer, backward"
       for tool in memcheck racecheck synccheck; do
-        for d in ${SANITIZE_HDIMS:-64 128 256}; do
-          for det in "" --deterministic; do
-            compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --bwd $det \
-              --kernel fa2 --batch 2 --heads 4 --kv-heads 2 --seqlen-q 113 --seqlen-k 203 \
-              --hdim $d --causal --sinks --iters 1 --warmup 0 >> "$OUT/sanitize.log" 2>&1
-            echo "$tool fa2 bwd d$d ${det:-nondet} rc=$?" | tee -a "$OUT/summary.txt"
+        for k in ${SANITIZE_BWD_KERNELS:-fa2 k6}; do
+          for d in ${SANITIZE_HDIMS:-64 128 256}; do
+            [ "$k" = k6 ] && [ "$d" != 64 ] && [ "$d" != 128 ] && continue  # kBwdSm90HeadDims
+            for det in "" --deterministic; do
+              compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --bwd $det \
+                --kernel $k --batch 2 --heads 4 --kv-heads 2 --seqlen-q 113 --seqlen-k 203 \
+                --hdim $d --causal --sinks --iters 1 --warmup 0 >> "$OUT/sanitize.log" 2>&1
+              echo "$tool $k bwd d$d ${det:-nondet} rc=$?" | tee -a "$OUT/summary.txt"
+            done
           done
         done
       done

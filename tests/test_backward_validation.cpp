@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backward_case.h"
@@ -270,22 +271,26 @@ TEST(BackwardValidation, BaseAndVarlenProblemsRunOnCpu) {
   EXPECT_TRUE(s.ok()) << s.message;
 }
 
-// Only cpu and fa2 have a backward: every other kernel is unsupported, naming itself and the
+bool has_backward(fa::Kernel k) {
+  return k == fa::Kernel::cpu || k == fa::Kernel::fa2 || k == fa::Kernel::k6;
+}
+
+// Only cpu, fa2 and k6 have a backward: every other kernel is unsupported, naming itself and the
 // families that do have one.
 TEST(BackwardValidation, KernelsWithoutBackwardAreUnsupported) {
   Host h;
   for (fa::Kernel k : fa::kAllKernels) {
-    if (k == fa::Kernel::automatic || k == fa::Kernel::cpu || k == fa::Kernel::fa2) continue;
+    if (k == fa::Kernel::automatic || has_backward(k)) continue;
     const fa::Status s = fa::can_implement(h.p(), k);
     EXPECT_EQ(s.code, fa::StatusCode::unsupported) << fa::kernel_name(k);
     EXPECT_EQ(s.message, std::string("kernel ") + fa::kernel_name(k) +
-                             ": no backward in this build; backward runs on fa2 or cpu");
+                             ": no backward in this build; backward runs on k6, fa2 or cpu");
     EXPECT_EQ(fa::backward(h.p(), k).code, fa::StatusCode::unsupported);
   }
   EXPECT_TRUE(h.gradients_untouched());
 }
 
-// Softcap is accepted by the backward families (cpu and fa2); every other kernel stays refused
+// Softcap is accepted by the backward families (cpu, fa2, k6); every other kernel stays refused
 // as a kernel without a backward.
 TEST(BackwardValidation, SoftcapOnBackwardFamilies) {
   Host h;
@@ -293,7 +298,7 @@ TEST(BackwardValidation, SoftcapOnBackwardFamilies) {
   EXPECT_TRUE(fa::can_implement(h.p(), fa::Kernel::cpu).ok());
   EXPECT_EQ(fa::select_kernel(h.p()), fa::Kernel::cpu);
   for (fa::Kernel k : fa::kAllKernels) {
-    if (k == fa::Kernel::automatic || k == fa::Kernel::cpu || k == fa::Kernel::fa2) continue;
+    if (k == fa::Kernel::automatic || has_backward(k)) continue;
     EXPECT_EQ(fa::can_implement(h.p(), k).code, fa::StatusCode::unsupported) << fa::kernel_name(k);
   }
 }
@@ -328,6 +333,30 @@ TEST(BackwardValidation, Fa2RefusesHostMemory) {
   }
   EXPECT_EQ(fa::backward(h.p(), fa::Kernel::fa2).code, s.code);
   EXPECT_TRUE(h.gradients_untouched());
+}
+
+// k6's backward is built for head dims 64 and 128 (kBwdSm90HeadDims): other pairs are refused,
+// naming the head dims it has and the family that runs the rest (checked before memory, so on any
+// machine).
+TEST(BackwardValidation, K6RefusesHeadDimsItIsNotBuiltFor) {
+  for (auto [d, dv] :
+       {std::pair{96, 96}, std::pair{192, 192}, std::pair{256, 256}, std::pair{192, 128}}) {
+    fa_test::BwdShape shape;
+    shape.seqlen_q = 9;
+    shape.seqlen_k = 11;
+    shape.head_dim = d;
+    shape.head_dim_v = dv;
+    fa_test::BwdCase c(shape, 1);
+    const fa::Status s = fa::can_implement(c.params, fa::Kernel::k6);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << d << "/" << dv;
+    // 192/128 meets the head_dim_v rule first.
+    EXPECT_EQ(s.message, d != dv ? std::string("head_dim_v: kernel k6 needs head_dim_v == head_dim")
+                                 : "head_dim: kernel k6's backward is built for head_dim 64 or "
+                                   "128 (head_dim_v equal); got " +
+                                       std::to_string(d) + " / " + std::to_string(dv) +
+                                       " (fa2's backward runs every head dim)");
+    EXPECT_EQ(fa::backward(c.params, fa::Kernel::k6).code, fa::StatusCode::unsupported);
+  }
 }
 
 TEST(BackwardValidation, CpuRefusesDeviceMemory) {

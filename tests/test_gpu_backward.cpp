@@ -1,8 +1,10 @@
-// GPU backward tests (ctest label `gpu`): Kernel::fa2's gradients against the fp64 reference with
-// FlashAttention's rule (reference::check_backward) over the TESTING.md grid, and the deterministic
-// mode's bitwise reproducibility. The forward's o and lse come from the cpu family (the backward
-// is what is under test); gradients are NaN-poisoned on the device before every run.
-// Without a CUDA device every test skips; with one, an `unsupported` answer from fa2 fails.
+// GPU backward tests (ctest label `gpu`): the gradients of every GPU backward family (fa2 on
+// mma.sync; k6, the Hopper wgmma kernel, at its head dims) against the fp64 reference with
+// FlashAttention's rule (reference::check_backward) over the TESTING.md grid, and the
+// deterministic mode's bitwise reproducibility. The forward's o and lse come from the cpu family
+// (the backward is what is under test); gradients are NaN-poisoned on the device before every
+// run. Without a CUDA device every test skips; k6's cases skip on a device that is not Hopper
+// (sm_90); otherwise an `unsupported` answer fails.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -52,8 +54,8 @@ class DeviceCase {
     }
   }
 
-  // Poisons the device gradients, runs fa2 and copies the gradients into the host case.
-  void run() {
+  // Poisons the device gradients, runs `kernel` and copies the gradients into the host case.
+  void run(fa::Kernel kernel) {
     for (auto [ptr, bytes] : {std::pair{params.dq.data, c_.dq.size() * 2},
                               {params.dk.data, c_.dk.size() * 2},
                               {params.dv.data, c_.dv_.size() * 2},
@@ -62,7 +64,7 @@ class DeviceCase {
         ASSERT_EQ(cudaMemset(ptr, 0xFF, bytes), cudaSuccess);
       }
     }
-    const fa::Status s = fa::backward(params, fa::Kernel::fa2);
+    const fa::Status s = fa::backward(params, kernel);
     ASSERT_TRUE(s.ok()) << fa::status_code_name(s.code) << ": " << s.message;
     const cudaError_t e = cudaDeviceSynchronize();
     ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
@@ -101,10 +103,25 @@ class DeviceCase {
 // units is checked instead of all.
 constexpr double kFullCheckWork = 3e8;
 
-void expect_matches_reference(BwdCase& c, const std::string& name) {
+// True when `kernel` can run on this device (k6: Hopper only).
+bool device_runs(fa::Kernel kernel) {
+  if (kernel != fa::Kernel::k6) return true;
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major == 9;
+}
+
+// The GPU families with a backward, and whether one is built for a (head_dim, head_dim_v).
+constexpr fa::Kernel kKernels[] = {fa::Kernel::fa2, fa::Kernel::k6};
+bool runs_head_dims(fa::Kernel kernel, int d, int dv) {
+  return kernel != fa::Kernel::k6 || (d == dv && (d == 64 || d == 128));
+}
+
+void expect_matches_reference(BwdCase& c, const std::string& name, fa::Kernel kernel) {
   ASSERT_NO_FATAL_FAILURE(c.run_forward());
   DeviceCase dev(c);
-  ASSERT_NO_FATAL_FAILURE(dev.run());
+  ASSERT_NO_FATAL_FAILURE(dev.run(kernel));
   const fa::BackwardParams& p = c.params;
   const double work = double(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_k * 4 * p.head_dim;
   const auto units = work > kFullCheckWork
@@ -126,10 +143,11 @@ void expect_matches_reference(BwdCase& c, const std::string& name) {
 struct GpuCase {
   std::string name;
   BwdShape shape;
+  fa::Kernel kernel;
 };
 
-std::string case_name(const BwdShape& s) {
-  fa::testing::CaseName n(fa::Kernel::fa2, s.dtype);
+std::string case_name(const BwdShape& s, fa::Kernel kernel) {
+  fa::testing::CaseName n(kernel, s.dtype);
   if (s.lens_q.empty()) {
     n.num("_b", s.batch).num("_q", s.seqlen_q).num("_k", s.seqlen_k);
   } else {
@@ -299,7 +317,12 @@ std::vector<GpuCase> grid() {
     shapes.push_back(s);
   }
   std::vector<GpuCase> out;
-  for (const BwdShape& s : shapes) out.push_back({case_name(s), s});
+  for (fa::Kernel kernel : kKernels)
+    for (const BwdShape& s : shapes) {
+      if (runs_head_dims(kernel, s.head_dim, s.head_dim_v > 0 ? s.head_dim_v : s.head_dim)) {
+        out.push_back({case_name(s, kernel), s, kernel});
+      }
+    }
   return out;
 }
 
@@ -313,8 +336,9 @@ class GpuBackward : public ::testing::TestWithParam<size_t> {};
 TEST_P(GpuBackward, MatchesFp64Reference) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const GpuCase& gc = all_cases()[GetParam()];
+  if (!device_runs(gc.kernel)) GTEST_SKIP() << "k6 runs on Hopper (sm_90) only";
   BwdCase c(gc.shape, fa_test::test_seed());
-  expect_matches_reference(c, gc.name);
+  expect_matches_reference(c, gc.name, gc.kernel);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GpuBackward, ::testing::Range<size_t>(0, all_cases().size()),
@@ -325,88 +349,98 @@ INSTANTIATE_TEST_SUITE_P(Grid, GpuBackward, ::testing::Range<size_t>(0, all_case
 // Causal with seqlen_q > seqlen_k: rows without keys (LSE -inf) get dq = +0 exactly, no NaN.
 TEST(GpuBackwardEdges, FullyMaskedRowsGiveZeroDq) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  BwdShape s;
-  s.batch = 2;
-  s.seqlen_q = 239;
-  s.seqlen_k = 100;
-  s.heads_q = 2;
-  s.heads_kv = 1;
-  s.causal = true;
-  BwdCase c(s, fa_test::test_seed());
-  ASSERT_NO_FATAL_FAILURE(expect_matches_reference(c, "fully_masked"));
-  for (int b = 0; b < 2; ++b)
-    for (int i = 0; i < s.seqlen_q - s.seqlen_k; ++i)
-      for (int h = 0; h < 2; ++h)
-        for (int x = 0; x < 64; ++x) {
-          const int64_t at =
-              b * c.params.dq.stride[0] + i * c.params.dq.stride[1] + h * c.params.dq.stride[2] + x;
-          ASSERT_EQ(c.dq[size_t(at)], 0u) << "row " << i;
-        }
+  for (fa::Kernel kernel : kKernels) {
+    if (!device_runs(kernel)) continue;
+    SCOPED_TRACE(fa::kernel_name(kernel));
+    BwdShape s;
+    s.batch = 2;
+    s.seqlen_q = 239;
+    s.seqlen_k = 100;
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.causal = true;
+    BwdCase c(s, fa_test::test_seed());
+    ASSERT_NO_FATAL_FAILURE(expect_matches_reference(c, "fully_masked", kernel));
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < s.seqlen_q - s.seqlen_k; ++i)
+        for (int h = 0; h < 2; ++h)
+          for (int x = 0; x < 64; ++x) {
+            const int64_t at = b * c.params.dq.stride[0] + i * c.params.dq.stride[1] +
+                               h * c.params.dq.stride[2] + x;
+            ASSERT_EQ(c.dq[size_t(at)], 0u) << "row " << i;
+          }
+  }
 }
 
 // seqlen_k == 0 writes dq = 0; seqlen_q == 0 writes dk = dv = 0 (and dsinks = 0).
 TEST(GpuBackwardEdges, EmptySequencesWriteZeros) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (auto [sq, sk] : {std::pair{5, 0}, std::pair{0, 9}}) {
-    SCOPED_TRACE("sq " + std::to_string(sq) + " sk " + std::to_string(sk));
-    BwdShape s;
-    s.batch = 2;
-    s.seqlen_q = sq;
-    s.seqlen_k = sk;
-    s.heads_q = 2;
-    s.heads_kv = 1;
-    s.sinks = true;
-    BwdCase c(s, fa_test::test_seed(uint64_t(sq)));
-    ASSERT_NO_FATAL_FAILURE(c.run_forward());
-    DeviceCase dev(c);
-    ASSERT_NO_FATAL_FAILURE(dev.run());
-    const size_t nq = size_t(2) * sq * 2 * 64, nk = size_t(2) * sk * 64;
-    for (size_t i = 0; i < nq; ++i) ASSERT_EQ(c.dq[i], 0u);
-    for (size_t i = 0; i < nk; ++i) ASSERT_EQ(c.dk[i], 0u);
-    for (size_t i = 0; i < nk; ++i) ASSERT_EQ(c.dv_[i], 0u);
-    for (float g : c.dsinks) ASSERT_EQ(g, 0.f);
-  }
+  for (fa::Kernel kernel : kKernels)
+    for (auto [sq, sk] : {std::pair{5, 0}, std::pair{0, 9}}) {
+      if (!device_runs(kernel)) continue;
+      SCOPED_TRACE(std::string(fa::kernel_name(kernel)) + " sq " + std::to_string(sq) + " sk " +
+                   std::to_string(sk));
+      BwdShape s;
+      s.batch = 2;
+      s.seqlen_q = sq;
+      s.seqlen_k = sk;
+      s.heads_q = 2;
+      s.heads_kv = 1;
+      s.sinks = true;
+      BwdCase c(s, fa_test::test_seed(uint64_t(sq)));
+      ASSERT_NO_FATAL_FAILURE(c.run_forward());
+      DeviceCase dev(c);
+      ASSERT_NO_FATAL_FAILURE(dev.run(kernel));
+      const size_t nq = size_t(2) * sq * 2 * 64, nk = size_t(2) * sk * 64;
+      for (size_t i = 0; i < nq; ++i) ASSERT_EQ(c.dq[i], 0u);
+      for (size_t i = 0; i < nk; ++i) ASSERT_EQ(c.dk[i], 0u);
+      for (size_t i = 0; i < nk; ++i) ASSERT_EQ(c.dv_[i], 0u);
+      for (float g : c.dsinks) ASSERT_EQ(g, 0.f);
+    }
 }
 
 // ---- deterministic mode ----------------------------------------------------------------------
 
 // deterministic = true: 20 calls on the same inputs give bitwise identical dq, dk, dv and dsinks,
 // at head dims 64, 128 and 256 (FlashAttention-3 refuses 256), with GQA (dK/dV summed over a
-// group) and causal and full masks.
+// group) and causal and full masks, for every family at the head dims it is built for.
 TEST(GpuBackwardDeterminism, TwentyRunsAreBitwiseIdentical) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (int d : {64, 128, 256}) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE("d " + std::to_string(d) + (causal ? " causal" : ""));
-      BwdShape s;
-      s.batch = 2;
-      s.seqlen_q = 1000;
-      s.seqlen_k = 1100;
-      s.heads_q = 8;
-      s.heads_kv = 2;
-      s.head_dim = d;
-      s.causal = causal;
-      s.sinks = true;
-      BwdCase c(s, fa_test::test_seed(uint64_t(d) + causal));
-      ASSERT_NO_FATAL_FAILURE(c.run_forward());
-      DeviceCase dev(c);
-      dev.params.deterministic = true;
-      ASSERT_NO_FATAL_FAILURE(dev.run());
-      const auto dq = c.dq, dk = c.dk, dv = c.dv_;
-      const auto dsinks = c.dsinks;
-      int differing = 0;
-      for (int r = 1; r < 20; ++r) {
-        ASSERT_NO_FATAL_FAILURE(dev.run());
-        differing += c.dq != dq || c.dk != dk || c.dv_ != dv ||
-                     std::memcmp(c.dsinks.data(), dsinks.data(), dsinks.size() * 4) != 0;
+  for (fa::Kernel kernel : kKernels)
+    for (int d : {64, 128, 256}) {
+      if (!device_runs(kernel) || !runs_head_dims(kernel, d, d)) continue;
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(std::string(fa::kernel_name(kernel)) + " d " + std::to_string(d) +
+                     (causal ? " causal" : ""));
+        BwdShape s;
+        s.batch = 2;
+        s.seqlen_q = 1000;
+        s.seqlen_k = 1100;
+        s.heads_q = 8;
+        s.heads_kv = 2;
+        s.head_dim = d;
+        s.causal = causal;
+        s.sinks = true;
+        BwdCase c(s, fa_test::test_seed(uint64_t(d) + causal));
+        ASSERT_NO_FATAL_FAILURE(c.run_forward());
+        DeviceCase dev(c);
+        dev.params.deterministic = true;
+        ASSERT_NO_FATAL_FAILURE(dev.run(kernel));
+        const auto dq = c.dq, dk = c.dk, dv = c.dv_;
+        const auto dsinks = c.dsinks;
+        int differing = 0;
+        for (int r = 1; r < 20; ++r) {
+          ASSERT_NO_FATAL_FAILURE(dev.run(kernel));
+          differing += c.dq != dq || c.dk != dk || c.dv_ != dv ||
+                       std::memcmp(c.dsinks.data(), dsinks.data(), dsinks.size() * 4) != 0;
+        }
+        EXPECT_EQ(differing, 0) << "of 19 repeated deterministic runs";
+        // The deterministic gradients pass the oracle too.
+        const auto r = fa::reference::check_backward(
+            c.params, fa::reference::sample_kv_heads(c.params, 2, fa_test::test_seed(7)));
+        EXPECT_TRUE(r.ok) << r.detail;
       }
-      EXPECT_EQ(differing, 0) << "of 19 repeated deterministic runs";
-      // The deterministic gradients pass the oracle too.
-      const auto r = fa::reference::check_backward(
-          c.params, fa::reference::sample_kv_heads(c.params, 2, fa_test::test_seed(7)));
-      EXPECT_TRUE(r.ok) << r.detail;
     }
-  }
 }
 
 // Validation of device-side arguments: host memory is refused by fa2, device memory by cpu.
@@ -419,7 +453,9 @@ TEST(GpuBackwardValidation, MemoryPlacement) {
   ASSERT_NO_FATAL_FAILURE(c.run_forward());
   DeviceCase dev(c);
   EXPECT_TRUE(fa::can_implement(dev.params, fa::Kernel::fa2).ok());
-  EXPECT_EQ(fa::select_kernel(dev.params), fa::Kernel::fa2);
+  // auto: k6 on Hopper (head dim 64 here), fa2 elsewhere.
+  EXPECT_EQ(fa::select_kernel(dev.params),
+            device_runs(fa::Kernel::k6) ? fa::Kernel::k6 : fa::Kernel::fa2);
   fa::BackwardParams mixed = dev.params;
   mixed.lse = c.lse.data();
   const fa::Status s1 = fa::can_implement(mixed, fa::Kernel::fa2);
@@ -429,6 +465,40 @@ TEST(GpuBackwardValidation, MemoryPlacement) {
   const fa::Status s2 = fa::can_implement(dev.params, fa::Kernel::cpu);
   EXPECT_EQ(s2.code, fa::StatusCode::invalid_argument);
   EXPECT_NE(s2.message.find("kernel cpu needs host memory"), std::string::npos) << s2.message;
+}
+
+// k6 reads q, k, v and dout through TMA, which needs a stride in (0, 2^40) bytes for a dimension
+// of extent > 1: a broadcast (stride 0) head dimension is refused for k6, naming the tensor,
+// and runs on fa2.
+TEST(GpuBackwardValidation, K6NeedsTmaStrides) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!device_runs(fa::Kernel::k6)) GTEST_SKIP() << "k6 runs on Hopper (sm_90) only";
+  BwdShape s;
+  s.seqlen_q = 17;
+  s.seqlen_k = 23;
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  BwdCase c(s, fa_test::test_seed());
+  ASSERT_NO_FATAL_FAILURE(c.run_forward());
+  DeviceCase dev(c);
+  EXPECT_TRUE(fa::can_implement(dev.params, fa::Kernel::k6).ok());
+  for (const char* name : {"q", "k", "v", "dout"}) {
+    fa::BackwardParams p = dev.params;
+    fa::TensorRef& t = std::string(name) == "q"   ? p.q
+                       : std::string(name) == "k" ? p.k
+                       : std::string(name) == "v" ? p.v
+                                                  : p.dout;
+    t.stride[2] = 0;
+    const fa::Status k6 = fa::can_implement(p, fa::Kernel::k6);
+    EXPECT_EQ(k6.code, fa::StatusCode::unsupported) << name;
+    EXPECT_NE(k6.message.find(std::string(name) +
+                              ".stride[2]: kernel k6 loads through TMA, which needs a stride in "
+                              "(0, 2^40) bytes"),
+              std::string::npos)
+        << k6.message;
+    EXPECT_TRUE(fa::can_implement(p, fa::Kernel::fa2).ok()) << name;
+    EXPECT_EQ(fa::select_kernel(p), fa::Kernel::fa2) << name;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "flashattn/flashattn.h"
 #include "kernels/cpu/entry.h"
 #include "kernels/fa2_bwd_sm80/entry.h"
+#include "kernels/fa3_sm90/entry.h"
 
 namespace flashattn {
 
@@ -15,6 +16,7 @@ Status backward(const BackwardParams& params, Kernel kernel) {
   switch (kernel) {
     case Kernel::cpu: return cpu_backward(problem);
     case Kernel::fa2: return fa2_backward(problem);
+    case Kernel::k6: return k6_backward(problem);
     default: break;
   }
   return {StatusCode::unsupported,

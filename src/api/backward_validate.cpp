@@ -134,6 +134,10 @@ Status check_memory(const BackwardParams& p, Kernel kernel, const KernelCaps& ca
   const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
                         caps.max_cc_major};
   if (Status s = check_placement(where, pointers); !s.ok()) return s;
+  if (caps.tma) {  // q, k, v and dout are read by TMA
+    const TensorArg read[] = {tensors[0], tensors[1], tensors[2], tensors[4]};
+    if (Status s = check_tma_strides(read, std::string("kernel ") + kernel_name(kernel)); !s.ok()) return s;
+  }
 
   if (caps.host && p.cu_seqlens_q != nullptr) {
     if (Status s = check_cu_seqlens_contents("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
@@ -161,6 +165,20 @@ Status check_features(const BackwardParams& p, Kernel kernel, const KernelCaps& 
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   if (dv != p.head_dim && !caps.hdim_v_differs) {
     return unsupported("head_dim_v: kernel " + k + " needs head_dim_v == head_dim");
+  }
+  if (caps.head_dims != nullptr) {
+    std::string dims;
+    bool built = false;
+    for (int i = 0; i < caps.num_head_dims; ++i) {
+      built = built || (caps.head_dims[i].qk == p.head_dim && caps.head_dims[i].v == dv);
+      dims += (i == 0 ? "" : i + 1 == caps.num_head_dims ? " or " : ", ") +
+              std::to_string(caps.head_dims[i].qk);
+    }
+    if (!built) {
+      return unsupported("head_dim: kernel " + k + "'s backward is built for head_dim " + dims +
+                         " (head_dim_v equal); got " + str(p.head_dim) + " / " + str(dv) +
+                         " (fa2's backward runs every head dim)");
+    }
   }
   return Status::success();
 }

@@ -2,6 +2,9 @@
 // order select_kernel() prefers built families in. A family not built yet has built = false.
 #pragma once
 
+#include <iterator>
+
+#include "common/head_dims.h"
 #include "flashattn/flashattn.h"
 
 // The lineage K1-K5 is built unless CMake's FLASHATTN_LINEAGE is OFF (defined 0 for the library).
@@ -28,6 +31,10 @@ struct KernelCaps {
   // scale_log2 = softcap·log2(e) for kernels that apply the tanh, which would be garbage to one
   // that does not.
   bool softcap = false;
+  // The backward of a family built for some head dims only (a kHeadDims subset): the list,
+  // else null (every pair).
+  const HeadDims* head_dims = nullptr;
+  int num_head_dims = 0;
 };
 
 constexpr KernelCaps kernel_caps(Kernel kernel) {
@@ -64,13 +71,18 @@ constexpr KernelCaps backward_kernel_caps(Kernel kernel) {
     case Kernel::fa2:
       return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true,
               .softcap = true};
+    // Hopper (sm_90a): the wgmma backward, head dims 64 and 128 (kBwdSm90HeadDims).
+    case Kernel::k6:
+      return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true, .tma = true,
+              .sinks = true, .softcap = true, .head_dims = kBwdSm90HeadDims,
+              .num_head_dims = static_cast<int>(std::size(kBwdSm90HeadDims))};
     default:
       return {};
   }
 }
 
 // GPU families with a backward, fastest first: the first the device supports is `auto`'s.
-inline constexpr Kernel kBackwardGpuPreference[] = {Kernel::fa2};
+inline constexpr Kernel kBackwardGpuPreference[] = {Kernel::k6, Kernel::fa2};
 
 // Element types some kernel of this build runs. e4m3 and e5m2 are dtypes of the API and the C ABI
 // that no kernel runs yet: can_implement answers `unsupported` for them (FP8 forward will be a

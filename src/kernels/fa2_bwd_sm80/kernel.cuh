@@ -1,5 +1,5 @@
 // The FA2 backward's main kernel on tensor cores (mma.sync m16n8k16, cp.async, ldmatrix), sm_80
-// and up; the preprocess and postprocess kernels live in launch.cu.
+// and up; the preprocess and postprocess kernels are the shared stages (kernels/bwd_stages).
 //
 // One thread block of 8 warps owns one key block (kBlockN keys) of one KV head of one sequence.
 // It loads its K and V tiles once, then walks every query block (kBlockM rows) of every query
@@ -37,6 +37,8 @@
 #include "common/convert.cuh"
 #include "common/mask.h"
 #include "common/sequence_view.cuh"
+#include "kernels/bwd_stages/stages.h"
+#include "kernels/bwd_stages/walk.cuh"
 #include "kernels/fa2_sm80/smem_tile.cuh"
 #include "kernels/fa2_sm80/warp_mma_sm80.cuh"
 
@@ -46,18 +48,13 @@ using fa2::Frag;
 using fa2::LaneOffsets;
 using fa2::SmemTile;
 
-// Device workspace of one backward call (launch.cu allocates it). Rows are indexed by token:
-// b * seqlen_q + i for padded tensors, the packed index for variable length.
-struct Workspace {
-  float* dq_accum = nullptr;  // (heads_q, rows, head_dim) fp32, zeroed by the preprocess
-  float* lse_log2 = nullptr;  // (heads_q, rows): LSE·log2e; +inf for rows that see no key
-  float* dsum = nullptr;      // (heads_q, rows): D = rowsum(dO ∘ O)
-  int* sems = nullptr;        // (heads_q, batch, m_blocks), deterministic mode only
-  int64_t rows = 0;
-  int m_blocks = 0;
-};
+using bwd::add_order;
+using bwd::kMinBlockM;
+using bwd::load_acquire;
+using bwd::query_blocks;
+using bwd::store_release;
+using bwd::Workspace;
 
-inline constexpr int kMinBlockM = 32;  // the smallest kBlockM of any instantiation (sizes sems)
 inline constexpr int kWarps = 8;
 
 // How 8 warps tile an R x C output: kWR x kWC warps of kRows x kCols each. Of the splits into
@@ -177,26 +174,6 @@ __device__ __forceinline__ void zero(Frag (&acc)[kRF][kCF]) {
     for (int j = 0; j < kCF; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-}
-
-// The query blocks [m_lo, m_hi) that key block n (keys n·kBlockN .. of a sequence of len_k keys)
-// touches under `mask`. The one definition both the walk and the deterministic order use.
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ void query_blocks(const Mask& mask, int n, int& m_lo, int& m_hi) {
-  const int key0 = n * kBlockN;
-  const int key1 = min(key0 + kBlockN, mask.seqlen_k);
-  const int lo = mask.query_begin(key0), hi = mask.query_end(key1 - 1);
-  m_lo = lo / kBlockM;
-  m_hi = hi > lo ? (hi + kBlockM - 1) / kBlockM : m_lo;
-}
-
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 // 16-byte fire-and-forget add (red, not atom: atomicAdd(float4*) compiles to ATOMG, which
@@ -438,11 +415,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         sem = ws.sems + (static_cast<int64_t>(h) * p.batch + b) * ws.m_blocks + m;
         if (tid == 0) {
           // The earlier key blocks that touch this query block add first.
-          for (int n = 0; n < n_block; ++n) {
-            int lo, hi;
-            query_blocks<kBlockM, kBlockN>(mask, n, lo, hi);
-            order += (lo <= m && m < hi) ? 1 : 0;
-          }
+          order = add_order<kBlockM, kBlockN>(mask, n_block, m);
           while (load_acquire(sem) != order) {
           }
         }

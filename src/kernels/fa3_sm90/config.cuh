@@ -11,6 +11,9 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/fa3_sm90/schedule.cuh"
 #include "kernels/fa3_sm90/tile_size.h"
 
@@ -35,6 +38,18 @@ using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
 template <class Element>
 using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
                                         GmemShape{}, GmemStride{}));
+
+// A global tensor as TMA reads it: (token, dim, head, batch). Modes of extent 1 get a stride TMA
+// accepts whatever the caller passed there (their stride is never used).
+template <class C>
+auto gmem_tensor(const void* data, int tokens, int dim, int heads, int batch,
+                 const int64_t (&stride)[3]) {
+  auto used = [](int extent, int64_t s) { return extent > 1 ? s : int64_t{8}; };
+  return make_tensor(make_gmem_ptr(static_cast<const typename C::Element*>(data)),
+                     make_shape(std::max(tokens, 1), dim, heads, batch),
+                     make_stride(used(tokens, stride[1]), _1{}, used(heads, stride[2]),
+                                 used(batch, stride[0])));
+}
 
 template <class Element, class LayoutQ, class LayoutK, class LayoutV>
 struct TmaCopies {

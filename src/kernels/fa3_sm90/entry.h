@@ -3,6 +3,7 @@
 // and the caller's debug switches; enqueues on problem.stream and returns the launch status.
 #pragma once
 
+#include "common/backward_problem.h"
 #include "common/problem.h"
 
 namespace flashattn {
@@ -11,5 +12,7 @@ Status k3_forward(const Problem& problem);
 Status k4_forward(const Problem& problem, const DebugOptions& debug);
 Status k5_forward(const Problem& problem, const DebugOptions& debug);
 Status k6_forward(const Problem& problem, const DebugOptions& debug);
+// The Hopper backward (wgmma main kernel, launch_bwd.cu) for kBwdSm90HeadDims.
+Status k6_backward(const BackwardProblem& problem);
 
 }  // namespace flashattn

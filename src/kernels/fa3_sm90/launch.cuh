@@ -27,18 +27,6 @@ inline constexpr int64_t kL2GroupBytes = 24ll << 20;
 // Query tiles of one head differ in work when a mask bounds their keys (causal, window).
 inline bool masked(const Problem& p) { return p.mask.left >= 0 || p.mask.right >= 0; }
 
-// A global tensor as TMA reads it: (token, dim, head, batch). Modes of extent 1 get a stride TMA
-// accepts whatever the caller passed there (their stride is never used).
-template <class C>
-auto gmem_tensor(const void* data, int tokens, int dim, int heads, int batch,
-                 const int64_t (&stride)[3]) {
-  auto used = [](int extent, int64_t s) { return extent > 1 ? s : int64_t{8}; };
-  return make_tensor(make_gmem_ptr(static_cast<const typename C::Element*>(data)),
-                     make_shape(std::max(tokens, 1), dim, heads, batch),
-                     make_stride(used(tokens, stride[1]), _1{}, used(heads, stride[2]),
-                                 used(batch, stride[0])));
-}
-
 // The family's kernel parameters for config C (K3 to K6): TMA descriptors over q, k, v, the
 // softmax switches and the tile order. `tiles` is the number of tiles (0: nothing to launch).
 template <class C>

@@ -1,0 +1,36 @@
+// The three stages every GPU backward family shares (FlashAttention's structure): a preprocess
+// (D = rowsum(dO ∘ O), LSE·log2e, the fp32 dQ accumulator zeroed), the family's main kernel, and
+// a postprocess (dQ scaled and rounded; dsinks summed in a fixed order). A family hands
+// run_backward_stages its main kernel for the problem's dtype and head dims; the stages and the
+// workspace layout are the same for all, so the accumulator a main kernel adds into is this one.
+#pragma once
+
+#include <cstdint>
+
+#include "common/backward_problem.h"
+
+namespace flashattn::bwd {
+
+// Device workspace of one backward call (stages.cu allocates it from the library's
+// stream-ordered pool). Rows are indexed by token: b * seqlen_q + i for padded tensors, the
+// packed index for variable length.
+struct Workspace {
+  float* dq_accum = nullptr;  // (heads_q, rows, head_dim) fp32, zeroed by the preprocess
+  float* lse_log2 = nullptr;  // (heads_q, rows): LSE·log2e; +inf for rows that see no key
+  float* dsum = nullptr;      // (heads_q, rows): D = rowsum(dO ∘ O)
+  int* sems = nullptr;        // (heads_q, batch, m_blocks), deterministic mode only, zeroed
+  int64_t rows = 0;
+  int m_blocks = 0;  // query blocks of kMinBlockM rows per sequence (sizes sems)
+};
+
+// The smallest query block of any main kernel: the semaphores are one per kMinBlockM rows, so a
+// kernel with kBlockM = j·kMinBlockM owns j consecutive semaphores per query block.
+inline constexpr int kMinBlockM = 32;
+
+using MainKernel = Status (*)(const BackwardProblem&, const Workspace&);
+
+// Allocates the workspace, runs preprocess, `main`, postprocess (and dsinks) on the problem's
+// stream, and gives the workspace back. `family` names the caller in launch errors.
+Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const char* family);
+
+}  // namespace flashattn::bwd

@@ -1,0 +1,356 @@
+// The Hopper backward's main kernel (the shared stages, kernels/bwd_stages, run before and
+// after it). One block of three warpgroups owns kBlockN = 128 keys of one KV head of one
+// sequence and walks every query block (64 rows) of every query head of its group that sees one
+// of its keys:
+//   warpgroup 0, the producer (24 registers): one thread loads K and V once, then streams Q and
+//       dO of each step into a two-stage ring (one transaction barrier per stage);
+//   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys:
+//       S = Q·K_wᵀ, dP = dO·V_wᵀ               (one wgmma batch)
+//       P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D)   (softcap: t = tanh, dS ·= 1 − t²)
+//       P, dS → shared memory (their halves of a [row][key] tile)
+//       dV_w += P_wᵀ·dO, dK_w += dS_wᵀ·Q, dQ_w = dS·K             (one wgmma batch)
+//       dQ_w → shared memory (fp32) → one TMA reduce-add into the fp32 accumulator.
+//   dV and dK stay in registers across the walk (GQA: summed over the group's heads in a fixed
+//   order) and are written once at the end.
+// Deterministic mode: the reduce-adds into one (head, query block) of the accumulator happen in a
+// fixed order — key blocks ascending, and within a block warpgroup 0 then 1 — each waiting on a
+// per-tile semaphore for its turn, and the walk goes down the query blocks (as the fa2 backward
+// does, kernels/fa2_bwd_sm80/kernel.cuh, which explains why). A warpgroup only waits on blocks of
+// lower blockIdx.x (dispatched before it) and on its own block's warpgroup 0, which never waits
+// on it for that step, so the waits cannot deadlock.
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include <cmath>
+#include <cute/tensor.hpp>
+
+#include "common/convert.cuh"
+#include "common/mask.h"
+#include "common/named_barrier.cuh"
+#include "common/sequence_view.cuh"
+#include "kernels/bwd_stages/walk.cuh"
+#include "kernels/fa3_sm90/config_bwd.cuh"
+#include "kernels/fa3_sm90/params_bwd_sm90.cuh"
+#include "kernels/fa3_sm90/softmax_sm90.cuh"
+#include "kernels/fa3_sm90/wgmma_sm90.cuh"
+
+namespace flashattn::fa3 {
+
+// Named barrier ids of the backward kernel (0 is __syncthreads).
+enum BwdBarrier : int {
+  kBwdDsFree = 1,   // both MMA warpgroups are done reading the previous step's dS (dQ's GEMM)
+  kBwdDsReady = 2,  // both halves of this step's P and dS are in shared memory
+  kBwdDqWG0 = 3,    // + w: warpgroup w's dQ staging buffer is free / written
+};
+
+// Two floats rounded to the element type (nearest even) and packed low, high.
+template <class Element>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  return static_cast<uint32_t>(Element(lo).raw()) |
+         (static_cast<uint32_t>(Element(hi).raw()) << 16);
+}
+
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// Grid (key blocks, heads_kv, batch).
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    bwd_kernel(const __grid_constant__ ParamsBwd<C> params) {
+  using Element = typename C::Element;
+  using SharedStorage = typename C::SharedStorage;
+  using PipelineQ = typename C::PipelineQ;
+  using PipelineState = cutlass::PipelineState<C::kStages>;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
+  constexpr int kKeysWG = C::kKeysWG;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
+  const BackwardProblem& bp = params.bp;
+  const Problem& p = bp.fwd;
+
+  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const SequenceView seq_kv = sequence_view(p, b, h_kv * p.group, h_kv);
+  const int key0 = n_block * kBlockN;
+  if (key0 >= seq_kv.len_k) return;  // varlen: this sequence is shorter than the longest
+  Mask mask = p.mask;
+  mask.seqlen_q = seq_kv.len_q;
+  mask.seqlen_k = seq_kv.len_k;
+  int m_lo, m_hi;
+  bwd::query_blocks<kBlockM, kBlockN>(mask, n_block, m_lo, m_hi);
+  // Every head of the group walks the same query blocks (one sequence).
+  const int steps_per_head = m_hi - m_lo;
+  const int steps = steps_per_head * p.group;
+  const int batch_index = p.cu_seqlens_q != nullptr ? 0 : b;
+  // Step i's query head and block; deterministic mode walks the blocks down (see the top).
+  auto step_at = [&](int i, int& h, int& m) {
+    const int gi = i / steps_per_head, j = i - gi * steps_per_head;
+    h = h_kv * p.group + gi;
+    m = bp.deterministic ? m_hi - 1 - j : m_lo + j;
+  };
+
+  const int warp_group = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    Barrier::init(&ss.kv_full, 1);
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+  }
+  typename PipelineQ::Params pq;
+  pq.role =
+      warp_group == 0 ? PipelineQ::ThreadCategory::Producer : PipelineQ::ThreadCategory::Consumer;
+  pq.is_leader = threadIdx.x == 0;
+  pq.num_consumers = C::kMmaThreads;
+  pq.transaction_bytes = 2 * C::kBytesQ;  // Q and dO
+  PipelineQ pipe(ss.pipeline_q, pq, Shape<_1, _1, _1>{});
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
+
+  if (warp_group == 0) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
+    if (threadIdx.x != 0 || steps == 0) return;
+    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
+    Tensor gK =
+        local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mK(_, _, h_kv, batch_index)),
+                   Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+    Tensor gV =
+        local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mV(_, _, h_kv, batch_index)),
+                   Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+    auto [k_src, k_dst] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+    auto [v_src, v_dst] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
+    Barrier::arrive_and_expect_tx(&ss.kv_full, 2 * C::kBytesK);
+    copy(params.tma_k.with(ss.kv_full), k_src, k_dst);
+    copy(params.tma_v.with(ss.kv_full), v_src, v_dst);
+
+    Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
+    Tensor mdO = params.tma_do.get_tma_tensor(params.shape_do);
+    PipelineState state = cutlass::make_producer_start_state<PipelineQ>();
+    for (int i = 0; i < steps; ++i, ++state) {
+      int h, m;
+      step_at(i, h, m);
+      const int row = seq_kv.token_q + m * kBlockM;
+      Tensor gQ = local_tile(domain_offset(make_coord(row, _0{}), mQ(_, _, h, batch_index)),
+                             Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
+      Tensor gdO = local_tile(domain_offset(make_coord(row, _0{}), mdO(_, _, h, batch_index)),
+                              Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
+      auto [q_src, q_dst] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                          group_modes<0, 2>(gQ));
+      auto [do_src, do_dst] = tma_partition(params.tma_do, _0{}, Layout<_1>{},
+                                            group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+      pipe.producer_acquire(state);
+      auto* full = pipe.producer_get_barrier(state);
+      copy(params.tma_q.with(*full), q_src, q_dst(_, state.index()));
+      copy(params.tma_do.with(*full), do_src, do_dst(_, state.index()));
+    }
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
+
+  const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
+  const int key_wg = key0 + wg * kKeysWG;  // this warpgroup's first key
+  typename C::TiledMmaSdP mma_sdp;
+  typename C::TiledMmaDkv mma_dkv;
+  typename C::TiledMmaDq mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(wtid);
+  auto thr_dkv = mma_dkv.get_thread_slice(wtid);
+  auto thr_dq = mma_dq.get_thread_slice(wtid);
+
+  Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQt{});
+  Tensor sKw = local_tile(sK, Shape<Int<kKeysWG>, Int<kD>>{}, make_coord(wg, _0{}));
+  Tensor sVw = local_tile(sV, Shape<Int<kKeysWG>, Int<kD>>{}, make_coord(wg, _0{}));
+  Element* p_wg = ss.p.data() + wg * kBlockM * kKeysWG;
+  Element* ds_wg = ss.ds.data() + wg * kBlockM * kKeysWG;
+  Tensor sPw = make_tensor(make_smem_ptr(p_wg), typename C::SmemLayoutPWG{});
+  Tensor sPwt = make_tensor(make_smem_ptr(p_wg), typename C::SmemLayoutPWGt{});
+  Tensor sdSw = make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWG{});
+  Tensor sdSwt = make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWGt{});
+  Tensor sdSdq = make_tensor(make_smem_ptr(C::kDqSplitKeys ? ds_wg : ss.ds.data()),
+                             typename C::SmemLayoutDsDq{});
+  Tensor sKdqt =
+      make_tensor(make_smem_ptr(ss.k.data() + wg * C::kKDqOffset), typename C::SmemLayoutKDqt{});
+  Tensor sdQw = make_tensor(make_smem_ptr(ss.dq.data() + wg * cosize_v<typename C::SmemLayoutDq>),
+                            typename C::SmemLayoutDq{});
+
+  // Operand descriptors (Q, dO: one slice per stage).
+  Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);
+  Tensor tSrK = thr_sdp.partition_fragment_B(sKw);
+  Tensor tdPrdO = thr_sdp.partition_fragment_A(sdO);
+  Tensor tdPrV = thr_sdp.partition_fragment_B(sVw);
+  Tensor tdVrPt = thr_dkv.partition_fragment_A(sPwt);
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
+  Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSwt);
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdSdq);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKdqt);
+  // Where this thread's accumulator elements go in shared memory, and their (row, key).
+  Tensor tPsP = thr_sdp.partition_C(sPw);
+  Tensor tPsdS = thr_sdp.partition_C(sdSw);
+  Tensor tdQsdQ = thr_dq.partition_C(sdQw);
+  Tensor coords = rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<_64, Int<kKeysWG>>{})));
+
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kKeysWG>, Int<kD>>{});
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kKeysWG>, Int<kD>>{});
+  clear(tdVrdV);
+  clear(tdKrdK);
+
+  const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(seq_kv.token_q)
+                                                     : static_cast<int64_t>(b) * p.seqlen_q;
+  const bool softcap = p.has_softcap();
+  PipelineState state;
+  if (steps > 0) Barrier::wait(&ss.kv_full, 0);
+  for (int i = 0; i < steps; ++i, ++state) {
+    int h, m;
+    step_at(i, h, m);
+    const int row0 = m * kBlockM;
+    // The forward's LSE (log2 units) and D of this thread's two rows; rows past the sequence
+    // get LSE = +inf (P = 0) and D = 0, so they contribute nothing.
+    const int64_t ws_row0 = static_cast<int64_t>(h) * params.ws.rows + row_base + row0;
+    float lse[2], dsum[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = get<0>(coords(r, 0));
+      const bool valid = row0 + row < seq_kv.len_q;
+      lse[r] = valid ? params.ws.lse_log2[ws_row0 + row] : INFINITY;
+      dsum[r] = valid ? params.ws.dsum[ws_row0 + row] : 0.f;
+    }
+    pipe.consumer_wait(state);
+    const int st = state.index();
+
+    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
+    wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
+    wgmma<true, 0>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
+    warpgroup_fence_operand(tSrS);
+
+    Tensor s = rowcol(tSrS);
+    Tensor dp = rowcol(tdPrdP);
+    if (softcap) {  // S' = softcap·t, t = tanh(q·k·softcap_scale): dS'/dS = 1 − t²
+#pragma unroll
+      for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+        for (int j = 0; j < size<1>(s); ++j) {
+          const float t = tanh_accurate(s(r, j) * p.softcap_scale);
+          s(r, j) = t;
+          dp(r, j) = (dp(r, j) - dsum[r]) * fmaf(-t, t, 1.f);
+        }
+    } else {
+#pragma unroll
+      for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+        for (int j = 0; j < size<1>(s); ++j) dp(r, j) -= dsum[r];
+    }
+    const bool full =
+        key_wg + kKeysWG <= seq_kv.len_k &&
+        mask.tile_all_visible(row0, min(row0 + kBlockM, seq_kv.len_q), key_wg, key_wg + kKeysWG);
+    if (!full) apply_mask(s, coords, mask, row0, key_wg);
+#pragma unroll
+    for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+      for (int j = 0; j < size<1>(s); ++j) {
+        const float pv = exp2_approx(s(r, j) * p.scale_log2 - lse[r]);
+        s(r, j) = pv;
+        dp(r, j) *= pv;
+      }
+    Tensor rP = make_tensor_like<Element>(tSrS);
+    Tensor rdS = make_tensor_like<Element>(tdPrdP);
+    convert_into(tSrS, rP);
+    convert_into(tdPrdP, rdS);
+    // The other warpgroup may still be reading the previous step's dS (its dQ GEMM).
+    if (i > 0) named_barrier_sync(kBwdDsFree, C::kMmaThreads);
+#pragma unroll
+    for (int e = 0; e < size(rP); ++e) {
+      tPsP(e) = rP(e);
+      tPsdS(e) = rdS(e);
+    }
+    cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma
+    named_barrier_sync(kBwdDsReady, C::kMmaThreads);
+
+    Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<_64, Int<C::kDqN>>{});
+    wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt(_, _, _, st), tdVrdV);
+    wgmma<false, -1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), tdKrdK);
+    wgmma<true, 0>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+    warpgroup_fence_operand(tdVrdV);
+    warpgroup_fence_operand(tdKrdK);
+    pipe.consumer_release(state);  // Q and dO of this step are read
+
+    // dQ_w: staged as fp32, then one TMA reduce-add (rows past the sequence add zeros; past the
+    // tensor they are clipped).
+    if (wtid == 0) tma_store_wait<0>();  // the previous reduce-add has read the buffer
+    named_barrier_sync(kBwdDqWG0 + wg, 128);
+#pragma unroll
+    for (int e = 0; e < size(tdQrdQ); ++e) tdQsdQ(e) = tdQrdQ(e);
+    tma_store_fence();
+    named_barrier_sync(kBwdDqWG0 + wg, 128);
+    if (wtid == 0) {
+      int* sem = nullptr;
+      int turn = 0;
+      if (bp.deterministic) {
+        sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + b) * params.ws.m_blocks +
+              m * (kBlockM / bwd::kMinBlockM);
+        turn = 2 * bwd::add_order<kBlockM, kBlockN>(mask, n_block, m) + wg;
+        while (bwd::load_acquire(sem) != turn) {
+        }
+        fence_proxy_async_global();
+      }
+      Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
+      Tensor gdQ = local_tile(
+          domain_offset(make_coord(seq_kv.token_q + row0, _0{}), mdQ(_, _, h, batch_index)),
+          Shape<_64, Int<C::kDqN>>{}, make_coord(_0{}, C::kDqSplitKeys ? 0 : wg));
+      auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
+                                            group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
+      copy(params.tma_dq, dq_src, dq_dst);
+      tma_store_arrive();
+      if (bp.deterministic) {
+        bulk_wait_all();  // the adds are done, not only read from shared memory
+        fence_proxy_async_global();
+        bwd::store_release(sem, turn + 1);
+      }
+    }
+  }
+  if (wtid == 0) tma_store_wait<0>();  // shared memory stays until the last reduce-add read it
+
+  // dK (scaled: S was scale·Q·Kᵀ) and dV, the warpgroup's keys that exist.
+  Tensor kv_coords =
+      rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kKeysWG>, Int<kD>>{})));
+  Tensor dk = rowcol(tdKrdK);
+  Tensor dv = rowcol(tdVrdV);
+  const bool varlen = p.cu_seqlens_k != nullptr;
+  Element* dk_g = static_cast<Element*>(bp.dk) +
+                  (varlen ? seq_kv.token_k * bp.dk_stride[1] : b * bp.dk_stride[0]) +
+                  h_kv * bp.dk_stride[2];
+  Element* dv_g = static_cast<Element*>(bp.dv) +
+                  (varlen ? seq_kv.token_k * bp.dv_stride[1] : b * bp.dv_stride[0]) +
+                  h_kv * bp.dv_stride[2];
+#pragma unroll
+  for (int r = 0; r < size<0>(dk); ++r) {
+    const int key = key_wg + get<0>(kv_coords(r, 0));
+    if (key < seq_kv.len_k) {
+#pragma unroll
+      for (int j = 0; j < size<1>(dk); j += 2) {
+        const int col = get<1>(kv_coords(r, j));
+        *reinterpret_cast<uint32_t*>(dk_g + key * bp.dk_stride[1] + col) =
+            pack_pair<Element>(dk(r, j) * p.scale, dk(r, j + 1) * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_g + key * bp.dv_stride[1] + col) =
+            pack_pair<Element>(dv(r, j), dv(r, j + 1));
+      }
+    }
+  }
+}
+
+}  // namespace flashattn::fa3

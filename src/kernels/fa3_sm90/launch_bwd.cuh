@@ -1,0 +1,75 @@
+// Host side of the Hopper backward's main kernel for one (element type, head dim): the TMA
+// descriptors over q, dout, k, v and the fp32 dQ accumulator, and the launch. Each instantiation
+// is a generated file (cmake/instantiations.cmake); launch_bwd.cu dispatches and runs the shared
+// stages around it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/backward_problem.h"
+#include "common/cuda_check.h"
+#include "common/launch_limits.h"
+#include "kernels/bwd_stages/stages.h"
+#include "kernels/fa3_sm90/config_bwd.cuh"
+#include "kernels/fa3_sm90/kernel_bwd_sm90.cuh"
+#include "kernels/fa3_sm90/params_bwd_sm90.cuh"
+
+namespace flashattn::fa3 {
+
+template <class Element, int kHeadDim>
+Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
+  using C = ConfigBwd<Element, kHeadDim>;
+  const Problem& p = bp.fwd;
+  const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
+  if (n_blocks == 0 || ws.rows == 0) return Status::success();
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int batch = varlen ? 1 : p.batch;
+  const int tokens_q = varlen ? p.total_q : p.seqlen_q;
+  const int tokens_k = varlen ? p.total_k : p.seqlen_k;
+
+  ParamsBwd<C> params;
+  params.bp = bp;
+  params.ws = ws;
+  auto q = gmem_tensor<C>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
+  auto dout = gmem_tensor<C>(bp.dout, tokens_q, kHeadDim, p.heads_q, batch, bp.dout_stride);
+  auto k = gmem_tensor<C>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
+  auto v = gmem_tensor<C>(p.v, tokens_k, kHeadDim, p.heads_kv, batch, p.v_stride);
+  // The accumulator: (heads_q, rows, d) with rows = b·seqlen_q + i (padded) or the packed token.
+  const int64_t dq_stride[3] = {static_cast<int64_t>(p.seqlen_q) * kHeadDim, kHeadDim,
+                                ws.rows * kHeadDim};
+  auto used = [](int extent, int64_t s) { return extent > 1 ? s : int64_t{8}; };
+  auto dq = make_tensor(make_gmem_ptr(ws.dq_accum),
+                        make_shape(std::max(tokens_q, 1), kHeadDim, p.heads_q, batch),
+                        make_stride(used(tokens_q, dq_stride[1]), _1{},
+                                    used(p.heads_q, dq_stride[2]), used(batch, dq_stride[0])));
+  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, take<0, 2>(typename C::SmemLayoutQ{}),
+                               typename C::TileQ{}, _1{});
+  params.tma_do = make_tma_copy(SM90_TMA_LOAD{}, dout, take<0, 2>(typename C::SmemLayoutQ{}),
+                                typename C::TileQ{}, _1{});
+  params.tma_k =
+      make_tma_copy(SM90_TMA_LOAD{}, k, typename C::SmemLayoutK{}, typename C::TileK{}, _1{});
+  params.tma_v =
+      make_tma_copy(SM90_TMA_LOAD{}, v, typename C::SmemLayoutK{}, typename C::TileK{}, _1{});
+  params.tma_dq = make_tma_copy(SM90_TMA_REDUCE_ADD{}, dq, typename C::SmemLayoutDq{},
+                                typename C::TileDq{}, _1{});
+  params.shape_q = q.shape();
+  params.shape_do = dout.shape();
+  params.shape_k = k.shape();
+  params.shape_v = v.shape();
+  params.shape_dq = dq.shape();
+
+  if (Status s = check_smem_optin("k6 backward", C::kSmemBytes, kHeadDim); !s.ok()) return s;
+  const auto kernel = bwd_kernel<C>;
+  FA_CUDA_TRY(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(p.heads_kv),
+                  static_cast<unsigned>(p.batch));
+  kernel<<<grid, C::kThreads, C::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(params);
+  FA_CUDA_LAUNCH_CHECK("k6 bwd_kernel");
+  return Status::success();
+}
+
+}  // namespace flashattn::fa3
