@@ -33,7 +33,9 @@ struct ConfigBwd {
   static constexpr int kMmaThreads = 128 * kMmaWarpGroups;
   static constexpr int kThreads = 128 + kMmaThreads;        // producer warpgroup first
   static constexpr int kKeysWG = kBlockN / kMmaWarpGroups;  // 64
-  static constexpr int kProducerRegs = 24;
+  // 24 + 2 x 240 fits too, but the dQ writer warp (warp 1 of the producer warpgroup) spilled at
+  // 24; 32 + 2 x 240 = 512 per thread index, the register file exactly.
+  static constexpr int kProducerRegs = 32;
   static constexpr int kConsumerRegs = 240;
   // dQ's split between the warpgroups (see the top).
   static constexpr bool kDqSplitKeys = (kHeadDim / kMmaWarpGroups) % 64 != 0;
@@ -104,7 +106,7 @@ struct ConfigBwd {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> v;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutP>> p;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutP>> ds;
+    alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
     alignas(1024) cute::array_aligned<float, kMmaWarpGroups * cosize_v<SmemLayoutDq>> dq;
     alignas(16) uint64_t kv_full;                  // K and V landed (TMA transaction barrier)
     typename PipelineQ::SharedStorage pipeline_q;  // Q and dO of one step, one barrier

@@ -2,22 +2,27 @@
 // after it). One block of three warpgroups owns kBlockN = 128 keys of one KV head of one
 // sequence and walks every query block (64 rows) of every query head of its group that sees one
 // of its keys:
-//   warpgroup 0, the producer (24 registers): one thread loads K and V once, then streams Q and
-//       dO of each step into a two-stage ring (one transaction barrier per stage);
-//   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys:
-//       S = Q·K_wᵀ, dP = dO·V_wᵀ               (one wgmma batch)
-//       P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D)   (softcap: t = tanh, dS ·= 1 − t²)
-//       P, dS → shared memory (their halves of a [row][key] tile)
-//       dV_w += P_wᵀ·dO, dK_w += dS_wᵀ·Q, dQ_w = dS·K             (one wgmma batch)
-//       dQ_w → shared memory (fp32) → one TMA reduce-add into the fp32 accumulator.
+//   warpgroup 0 (24 registers): warp 0's first thread loads K and V once, then streams Q and dO
+//       of each step into a two-stage ring (one transaction barrier per stage); warp 1 is the dQ
+//       writer: it issues the TMA reduce-add of each MMA warpgroup's staged dQ (and, in
+//       deterministic mode, waits for its turn first), so the MMA warpgroups never wait on the
+//       accumulator;
+//   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys, per step:
+//       S = Q·K_wᵀ and dP = dO·V_wᵀ issued as two batches;
+//       once S lands: P = exp2(S·scale·log2e − LSE·log2e) → shared memory, dV_w += P_wᵀ·dO
+//           issued (runs while dS is computed);
+//       once dP lands: dS = P ∘ (dP − D) (softcap: ·(1 − t²)) → shared memory (double-buffered:
+//           the other warpgroup may still read the last step's), dK_w += dS_wᵀ·Q and
+//           dQ_w = dS·K issued;
+//       dQ_w → fp32 staging buffer → handed to the writer.
 //   dV and dK stay in registers across the walk (GQA: summed over the group's heads in a fixed
 //   order) and are written once at the end.
 // Deterministic mode: the reduce-adds into one (head, query block) of the accumulator happen in a
-// fixed order — key blocks ascending, and within a block warpgroup 0 then 1 — each waiting on a
-// per-tile semaphore for its turn, and the walk goes down the query blocks (as the fa2 backward
-// does, kernels/fa2_bwd_sm80/kernel.cuh, which explains why). A warpgroup only waits on blocks of
-// lower blockIdx.x (dispatched before it) and on its own block's warpgroup 0, which never waits
-// on it for that step, so the waits cannot deadlock.
+// fixed order — key blocks ascending (and, where both warpgroups add into the same columns, d 64,
+// warpgroup 0 first) — the writer waiting on a per-tile semaphore for its turn; the walk goes down
+// the query blocks (as the fa2 backward does, kernels/fa2_bwd_sm80/kernel.cuh, which explains
+// why). A writer only waits on blocks of lower blockIdx.x, dispatched before it, so the waits
+// cannot deadlock.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -40,10 +45,12 @@ namespace flashattn::fa3 {
 
 // Named barrier ids of the backward kernel (0 is __syncthreads).
 enum BwdBarrier : int {
-  kBwdDsFree = 1,   // both MMA warpgroups are done reading the previous step's dS (dQ's GEMM)
-  kBwdDsReady = 2,  // both halves of this step's P and dS are in shared memory
-  kBwdDqWG0 = 3,    // + w: warpgroup w's dQ staging buffer is free / written
+  kBwdDsReady = 1,     // both halves of this step's dS are in shared memory (256 threads)
+  kBwdPWG0 = 2,        // + w: warpgroup w's P is in shared memory (128)
+  kBwdDqFullWG0 = 4,   // + w: warpgroup w's dQ is staged (128 arrive, the writer warp syncs)
+  kBwdDqEmptyWG0 = 6,  // + w: the writer has read it (the writer arrives, 128 sync)
 };
+inline constexpr int kBwdDqHandoff = 128 + 32;  // an MMA warpgroup and the writer warp
 
 // Two floats rounded to the element type (nearest even) and packed low, high.
 template <class Element>
@@ -52,11 +59,94 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
          (static_cast<uint32_t>(Element(hi).raw()) << 16);
 }
 
+// An fp32 accumulator fragment rounded into its place in a 16-bit shared-memory tile, two
+// neighbouring columns (one 32-bit store) at a time: the accumulator's elements 2k and 2k + 1
+// are columns 2t and 2t + 1 of one row, adjacent in the tile's rows.
+template <class Element, class Frag, class Smem>
+__device__ __forceinline__ void store_pairs(const Frag& acc, Smem&& smem) {
+#pragma unroll
+  for (int e = 0; e < size(acc); e += 2) {
+    *reinterpret_cast<uint32_t*>(&smem(e)) = pack_pair<Element>(acc(e), acc(e + 1));
+  }
+}
+
 __device__ __forceinline__ void bulk_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// The dQ writer (warp 1 of the producer warpgroup): per step, for each MMA warpgroup, waits
+// until its dQ is staged, issues the TMA reduce-add of it into the accumulator and, once the TMA
+// has read the buffer, hands it back. Deterministic mode first waits on the tile's semaphore for
+// this key block's turn (the key blocks before it that touch the tile have added), and after the
+// adds complete passes the turn on: one semaphore per warpgroup where the two add into different
+// columns (d 128), one shared (warpgroup 0, its adds completed, then 1) where they add into the
+// same (d 64).
+template <class C, class StepAt>
+__device__ __forceinline__ void dq_writer(const ParamsBwd<C>& params, typename C::SharedStorage& ss,
+                                          int steps, const StepAt& step_at, const Mask& mask,
+                                          int n_block, int b, int batch_index, int token_q) {
+  constexpr int kBlockM = C::kBlockM, kW = C::kMmaWarpGroups;
+  const BackwardProblem& bp = params.bp;
+  const bool lane0 = threadIdx.x % 32 == 0;
+  // The staging buffers start free.
+#pragma unroll
+  for (int w = 0; w < kW; ++w) named_barrier_arrive(kBwdDqEmptyWG0 + w, kBwdDqHandoff);
+  Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
+  for (int i = 0; i < steps; ++i) {
+    int h, m;
+    step_at(i, h, m);
+    int* sem = nullptr;
+    int turn = 0;
+    if (bp.deterministic) {
+      sem = params.ws.sems + (static_cast<int64_t>(h) * bp.fwd.batch + b) * params.ws.m_blocks +
+            m * (kBlockM / bwd::kMinBlockM);
+      turn = bwd::add_order<kBlockM, C::kBlockN>(mask, n_block, m);
+    }
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      named_barrier_sync(kBwdDqFullWG0 + w, kBwdDqHandoff);
+      if (lane0) {
+        int* my_sem = C::kDqSplitKeys ? sem : sem + w;
+        if (bp.deterministic && (w == 0 || !C::kDqSplitKeys)) {
+          while (bwd::load_acquire(my_sem) != turn) {
+          }
+          fence_proxy_async_global();
+        }
+        Tensor sdQw =
+            make_tensor(make_smem_ptr(ss.dq.data() + w * cosize_v<typename C::SmemLayoutDq>),
+                        typename C::SmemLayoutDq{});
+        Tensor gdQ = local_tile(
+            domain_offset(make_coord(token_q + m * kBlockM, _0{}), mdQ(_, _, h, batch_index)),
+            Shape<_64, Int<C::kDqN>>{}, make_coord(_0{}, C::kDqSplitKeys ? 0 : w));
+        auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
+                                              group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
+        copy(params.tma_dq, dq_src, dq_dst);
+        tma_store_arrive();
+        // Same columns: warpgroup 0's adds complete before warpgroup 1's are issued.
+        if (bp.deterministic && C::kDqSplitKeys && w + 1 < kW) bulk_wait_all();
+      }
+    }
+    if (lane0) tma_store_wait<0>();  // both buffers read
+    __syncwarp();
+    if (i + 1 < steps) {
+#pragma unroll
+      for (int w = 0; w < kW; ++w) named_barrier_arrive(kBwdDqEmptyWG0 + w, kBwdDqHandoff);
+    }
+    if (bp.deterministic && lane0) {
+      bulk_wait_all();  // the adds are done, not only read from shared memory
+      fence_proxy_async_global();
+      if (C::kDqSplitKeys) {
+        bwd::store_release(sem, turn + 1);
+      } else {
+#pragma unroll
+        for (int w = 0; w < kW; ++w) bwd::store_release(sem + w, turn + 1);
+      }
+    }
+    __syncwarp();
+  }
 }
 
 // Grid (key blocks, heads_kv, batch).
@@ -120,6 +210,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (warp_group == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
+    if (threadIdx.x / 32 == 1) {  // the dQ writer
+      if (steps > 0)
+        dq_writer<C>(params, ss, steps, step_at, mask, n_block, b, batch_index, seq_kv.token_q);
+      return;
+    }
     if (threadIdx.x != 0 || steps == 0) return;
     Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
     Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
@@ -175,32 +270,24 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   Tensor sKw = local_tile(sK, Shape<Int<kKeysWG>, Int<kD>>{}, make_coord(wg, _0{}));
   Tensor sVw = local_tile(sV, Shape<Int<kKeysWG>, Int<kD>>{}, make_coord(wg, _0{}));
   Element* p_wg = ss.p.data() + wg * kBlockM * kKeysWG;
-  Element* ds_wg = ss.ds.data() + wg * kBlockM * kKeysWG;
   Tensor sPw = make_tensor(make_smem_ptr(p_wg), typename C::SmemLayoutPWG{});
   Tensor sPwt = make_tensor(make_smem_ptr(p_wg), typename C::SmemLayoutPWGt{});
-  Tensor sdSw = make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWG{});
-  Tensor sdSwt = make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWGt{});
-  Tensor sdSdq = make_tensor(make_smem_ptr(C::kDqSplitKeys ? ds_wg : ss.ds.data()),
-                             typename C::SmemLayoutDsDq{});
   Tensor sKdqt =
       make_tensor(make_smem_ptr(ss.k.data() + wg * C::kKDqOffset), typename C::SmemLayoutKDqt{});
   Tensor sdQw = make_tensor(make_smem_ptr(ss.dq.data() + wg * cosize_v<typename C::SmemLayoutDq>),
                             typename C::SmemLayoutDq{});
 
-  // Operand descriptors (Q, dO: one slice per stage).
+  // Operand descriptors (Q, dO: one slice per stage; dS: per buffer, in the loop).
   Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);
   Tensor tSrK = thr_sdp.partition_fragment_B(sKw);
   Tensor tdPrdO = thr_sdp.partition_fragment_A(sdO);
   Tensor tdPrV = thr_sdp.partition_fragment_B(sVw);
   Tensor tdVrPt = thr_dkv.partition_fragment_A(sPwt);
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
-  Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSwt);
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdSdq);
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKdqt);
   // Where this thread's accumulator elements go in shared memory, and their (row, key).
   Tensor tPsP = thr_sdp.partition_C(sPw);
-  Tensor tPsdS = thr_sdp.partition_C(sdSw);
   Tensor tdQsdQ = thr_dq.partition_C(sdQw);
   Tensor coords = rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<_64, Int<kKeysWG>>{})));
 
@@ -235,12 +322,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     Tensor tSrS = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
-    wgmma<true, 0>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
-    warpgroup_fence_operand(tSrS);
-
+    wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    if (softcap) {  // S' = softcap·t, t = tanh(q·k·softcap_scale): dS'/dS = 1 − t²
+    if (softcap) {
+      // The logit is softcap·t, t = tanh(q·k·softcap_scale), and dS gains 1 − t²: that factor
+      // goes into dP − D here, so dP is waited for with S (no registers for t beside P).
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tdPrdP);
 #pragma unroll
       for (int r = 0; r < size<0>(s); ++r)
 #pragma unroll
@@ -250,10 +340,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           dp(r, j) = (dp(r, j) - dsum[r]) * fmaf(-t, t, 1.f);
         }
     } else {
-#pragma unroll
-      for (int r = 0; r < size<0>(s); ++r)
-#pragma unroll
-        for (int j = 0; j < size<1>(s); ++j) dp(r, j) -= dsum[r];
+      warpgroup_wait<1>();  // S landed; dP still running (P is computed under it)
+      warpgroup_fence_operand(tSrS);
     }
     const bool full =
         key_wg + kKeysWG <= seq_kv.len_k &&
@@ -262,68 +350,48 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
     for (int r = 0; r < size<0>(s); ++r)
 #pragma unroll
-      for (int j = 0; j < size<1>(s); ++j) {
-        const float pv = exp2_approx(s(r, j) * p.scale_log2 - lse[r]);
-        s(r, j) = pv;
-        dp(r, j) *= pv;
-      }
-    Tensor rP = make_tensor_like<Element>(tSrS);
-    Tensor rdS = make_tensor_like<Element>(tdPrdP);
-    convert_into(tSrS, rP);
-    convert_into(tdPrdP, rdS);
-    // The other warpgroup may still be reading the previous step's dS (its dQ GEMM).
-    if (i > 0) named_barrier_sync(kBwdDsFree, C::kMmaThreads);
-#pragma unroll
-    for (int e = 0; e < size(rP); ++e) {
-      tPsP(e) = rP(e);
-      tPsdS(e) = rdS(e);
-    }
+      for (int j = 0; j < size<1>(s); ++j) s(r, j) = exp2_approx(s(r, j) * p.scale_log2 - lse[r]);
+    // P_w is read only by this warpgroup's dV GEMM, which the last step waited for.
+    store_pairs<Element>(tSrS, tPsP);
     cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma
+    named_barrier_sync(kBwdPWG0 + wg, 128);
+    wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt(_, _, _, st), tdVrdV);  // under dS's math
+
+    warpgroup_wait<1>();  // dP landed (softcap: already); dV still running
+    warpgroup_fence_operand(tdPrdP);
+#pragma unroll
+    for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+      for (int j = 0; j < size<1>(s); ++j) {
+        dp(r, j) = s(r, j) * (softcap ? dp(r, j) : dp(r, j) - dsum[r]);
+      }
+    // dS into this step's buffer: the other warpgroup read the other buffer last step, and
+    // this one two steps ago (behind the last kBwdDsReady).
+    Element* ds_buf = ss.ds.data() + (i & 1) * kBlockM * kBlockN;
+    Element* ds_wg = ds_buf + wg * kBlockM * kKeysWG;
+    store_pairs<Element>(tdPrdP, thr_sdp.partition_C(make_tensor(make_smem_ptr(ds_wg),
+                                                                 typename C::SmemLayoutPWG{})));
+    cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kBwdDsReady, C::kMmaThreads);
 
+    Tensor tdKrdSt = thr_dkv.partition_fragment_A(
+        make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWGt{}));
+    Tensor tdQrdS = thr_dq.partition_fragment_A(
+        make_tensor(make_smem_ptr(C::kDqSplitKeys ? ds_wg : ds_buf), typename C::SmemLayoutDsDq{}));
     Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<_64, Int<C::kDqN>>{});
-    wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt(_, _, _, st), tdVrdV);
     wgmma<false, -1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), tdKrdK);
     wgmma<true, 0>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
     warpgroup_fence_operand(tdVrdV);
     warpgroup_fence_operand(tdKrdK);
     pipe.consumer_release(state);  // Q and dO of this step are read
 
-    // dQ_w: staged as fp32, then one TMA reduce-add (rows past the sequence add zeros; past the
-    // tensor they are clipped).
-    if (wtid == 0) tma_store_wait<0>();  // the previous reduce-add has read the buffer
-    named_barrier_sync(kBwdDqWG0 + wg, 128);
+    // dQ_w to the writer through the fp32 staging buffer.
+    named_barrier_sync(kBwdDqEmptyWG0 + wg, kBwdDqHandoff);
 #pragma unroll
     for (int e = 0; e < size(tdQrdQ); ++e) tdQsdQ(e) = tdQrdQ(e);
-    tma_store_fence();
-    named_barrier_sync(kBwdDqWG0 + wg, 128);
-    if (wtid == 0) {
-      int* sem = nullptr;
-      int turn = 0;
-      if (bp.deterministic) {
-        sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + b) * params.ws.m_blocks +
-              m * (kBlockM / bwd::kMinBlockM);
-        turn = 2 * bwd::add_order<kBlockM, kBlockN>(mask, n_block, m) + wg;
-        while (bwd::load_acquire(sem) != turn) {
-        }
-        fence_proxy_async_global();
-      }
-      Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
-      Tensor gdQ = local_tile(
-          domain_offset(make_coord(seq_kv.token_q + row0, _0{}), mdQ(_, _, h, batch_index)),
-          Shape<_64, Int<C::kDqN>>{}, make_coord(_0{}, C::kDqSplitKeys ? 0 : wg));
-      auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
-                                            group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
-      copy(params.tma_dq, dq_src, dq_dst);
-      tma_store_arrive();
-      if (bp.deterministic) {
-        bulk_wait_all();  // the adds are done, not only read from shared memory
-        fence_proxy_async_global();
-        bwd::store_release(sem, turn + 1);
-      }
-    }
+    tma_store_fence();  // the writes, visible to the TMA unit
+    named_barrier_arrive(kBwdDqFullWG0 + wg, kBwdDqHandoff);
   }
-  if (wtid == 0) tma_store_wait<0>();  // shared memory stays until the last reduce-add read it
 
   // dK (scaled: S was scale·Q·Kᵀ) and dV, the warpgroup's keys that exist.
   Tensor kv_coords =
