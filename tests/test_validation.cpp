@@ -130,13 +130,40 @@ const std::vector<Rule>& rules() {
          h.p.cu_seqlens_q = cu;
        },
        C::invalid_argument, "cu_seqlens_q/cu_seqlens_k: give both or neither"},
-      {"varlen_unsupported",
+      // The cpu family reads host cu_seqlens as given: their contents are checked.
+      {"varlen_total_mismatch",
        [](HostProblem& h) {
          static int32_t cu[3] = {0, 17, 34};
          h.p.cu_seqlens_q = cu;
          h.p.cu_seqlens_k = cu;
+         h.p.total_k = 34;
        },
-       C::unsupported, "cu_seqlens_q: kernel cpu does not support variable length"},
+       C::invalid_argument, "total_q: must equal cu_seqlens_q[batch] (34), got 0"},
+      {"varlen_first_not_zero",
+       [](HostProblem& h) {
+         static int32_t cu_q[3] = {1, 17, 34}, cu_k[3] = {0, 17, 34};
+         h.p.cu_seqlens_q = cu_q;
+         h.p.cu_seqlens_k = cu_k;
+         h.p.total_q = h.p.total_k = 34;
+       },
+       C::invalid_argument, "cu_seqlens_q[0]: must be 0, got 1"},
+      {"varlen_decreasing",
+       [](HostProblem& h) {
+         static int32_t cu_q[3] = {0, 17, 34}, cu_k[3] = {0, 20, 19};
+         h.p.cu_seqlens_q = cu_q;
+         h.p.cu_seqlens_k = cu_k;
+         h.p.total_q = 34;
+         h.p.total_k = 19;
+       },
+       C::invalid_argument, "cu_seqlens_k[2]: must be >= cu_seqlens_k[1]"},
+      {"varlen_longer_than_seqlen",
+       [](HostProblem& h) {
+         static int32_t cu_q[3] = {0, 18, 34}, cu_k[3] = {0, 17, 34};
+         h.p.cu_seqlens_q = cu_q;
+         h.p.cu_seqlens_k = cu_k;
+         h.p.total_q = h.p.total_k = 34;
+       },
+       C::invalid_argument, "cu_seqlens_q: sequence 0 has 18 tokens, more than seqlen_q (17)"},
       {"varlen_total_negative", [](HostProblem& h) { static int32_t cu[3] = {0, 17, 34}; h.p.cu_seqlens_q = cu; h.p.cu_seqlens_k = cu; h.p.total_q = -1; }, C::invalid_argument, "total_q/total_k: must be >= 0"},
       {"varlen_misaligned", [](HostProblem& h) { static int32_t cu[4] = {0, 17, 34, 0}; h.p.cu_seqlens_q = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(cu) + 2); h.p.cu_seqlens_k = cu; }, C::invalid_argument, "cu_seqlens_q/cu_seqlens_k: must be 4-byte aligned"},
       {"last_stride", [](HostProblem& h) { h.p.k.stride[3] = 2; }, C::invalid_argument,

@@ -37,6 +37,10 @@ std::string head_dims_rule() {
   return equal + " with head_dim_v equal to it" + differs;
 }
 
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
+
 // q, k, v and o with their logical shapes. Packed (varlen) tensors are one batch of total
 // tokens, and their unused batch stride is not checked.
 std::array<TensorArg, 4> forward_tensors(const ForwardParams& p) {
@@ -50,6 +54,41 @@ std::array<TensorArg, 4> forward_tensors(const ForwardParams& p) {
           tensor_arg("k", p.k, {nb, sk, p.heads_kv, p.head_dim}, p.dtype, first),
           tensor_arg("v", p.v, {nb, sk, p.heads_kv, dv}, p.dtype, first),
           tensor_arg("o", p.o, {nb, sq, p.heads_q, dv}, p.dtype, first)};
+}
+
+// Host index arrays the cpu family reads as given: a bad entry would index outside the tensors,
+// so their contents are checked (GPU families cannot read device arrays without a
+// synchronisation and trust them: flashattn.h). The messages are the backward's.
+Status check_host_cu_seqlens(const std::string& n, const int32_t* cu, int batch, int max_len,
+                             const char* max_name, const char* total_name, int total) {
+  if (cu[0] != 0) return invalid(n + "[0]: must be 0, got " + str(cu[0]));
+  for (int b = 0; b < batch; ++b) {
+    const int64_t len = int64_t{cu[b + 1]} - cu[b];
+    if (len < 0) {
+      return invalid(n + "[" + str(b + 1) + "]: must be >= " + n + "[" + str(b) +
+                     "] (prefix sums never decrease), got " + str(cu[b + 1]) + " < " + str(cu[b]));
+    }
+    if (len > max_len) {
+      return invalid(n + ": sequence " + str(b) + " has " + str(len) + " tokens, more than " +
+                     max_name + " (" + str(max_len) + ")");
+    }
+  }
+  if (total_name != nullptr && cu[batch] != total) {
+    return invalid(std::string(total_name) + ": must equal " + n + "[batch] (" + str(cu[batch]) +
+                   "), got " + str(total));
+  }
+  return Status::success();
+}
+
+Status check_host_indices(const ForwardParams& p) {
+  if (p.cu_seqlens_q == nullptr) return Status::success();
+  if (Status s = check_host_cu_seqlens("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.seqlen_q,
+                                       "seqlen_q", "total_q", p.total_q);
+      !s.ok()) {
+    return s;
+  }
+  return check_host_cu_seqlens("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.seqlen_k, "seqlen_k",
+                               "total_k", p.total_k);
 }
 
 }  // namespace
@@ -144,13 +183,18 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
   if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
 
   // Host or device memory, as the kernel needs, and a device the kernel runs on.
-  const NamedPointer pointers[] = {
-      data_pointer(tensors[0]),        data_pointer(tensors[1]), data_pointer(tensors[2]),
-      data_pointer(tensors[3]),        {"lse", p.lse},           {"cu_seqlens_q", p.cu_seqlens_q},
-      {"cu_seqlens_k", p.cu_seqlens_k}, {"sinks", p.sinks}};
+  const NamedPointer pointers[] = {data_pointer(tensors[0]),
+                                   data_pointer(tensors[1]),
+                                   data_pointer(tensors[2]),
+                                   data_pointer(tensors[3]),
+                                   {"lse", p.lse},
+                                   {"cu_seqlens_q", p.cu_seqlens_q},
+                                   {"cu_seqlens_k", p.cu_seqlens_k},
+                                   {"sinks", p.sinks}};
   const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
                         caps.max_cc_major};
-  return check_placement(where, pointers);
+  if (Status s = check_placement(where, pointers); !s.ok()) return s;
+  return caps.host ? check_host_indices(p) : Status::success();
 }
 
 Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
