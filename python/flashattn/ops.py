@@ -165,10 +165,14 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         q_stride=packed(q), k_stride=kv_strides(k), v_stride=kv_strides(v),
         o_stride=packed(out))
     if paged:
-        if block_table.stride(-1) != 1 and block_table.shape[-1] > 1:
+        rows, cols = block_table.shape
+        # The library reads rows of unit column stride, block_table_stride >= cols apart (0 means
+        # cols): anything else (a transposed or expanded table) is copied first.
+        if ((cols > 1 and block_table.stride(1) != 1)
+                or (rows > 1 and block_table.stride(0) < cols)):
             block_table = block_table.contiguous()
         params.block_table = block_table.data_ptr()
-        params.block_table_stride = block_table.stride(0) if block_table.shape[0] > 1 else 0
+        params.block_table_stride = block_table.stride(0) if rows > 1 else 0
         layout = _dims(num_blocks=k.shape[0], page_size=k.shape[1],
                        max_blocks_per_seq=block_table.shape[1])
         params.num_blocks, params.page_size = layout["num_blocks"], layout["page_size"]

@@ -110,6 +110,25 @@ def test_block_table_row_stride_and_non_contiguous_rows():
     assert torch.equal(got, want)
 
 
+def test_expanded_and_transposed_tables_are_read_as_their_values():
+    # Two sequences sharing one table row (an expanded view, row stride 0), and a table stored
+    # column-major: the values count, not the strides.
+    lens = [(9, 40), (5, 40)]
+    q, k, v, cu_q, cu_k, max_q, max_k = inputs(lens=lens)
+    k[40:], v[40:] = k[:40], v[:40]  # both sequences see the same keys
+    kc, vc, table = paged_cache(k[:40], v[:40], cu([40]), 16)
+    want = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
+    shared = table.expand(2, -1)
+    assert shared.stride(0) == 0
+    got = flash_attn_varlen_func(q, kc, vc, cu_q, cu_k, max_q, max_k, causal=True,
+                                 block_table=shared)
+    assert torch.equal(got, want)
+    column_major = shared.t().contiguous().t()
+    got = flash_attn_varlen_func(q, kc, vc, cu_q, cu_k, max_q, max_k, causal=True,
+                                 block_table=column_major)
+    assert torch.equal(got, want)
+
+
 def test_argument_checks():
     q, k, v, cu_q, cu_k, max_q, max_k = inputs()
     kc, vc, table = paged_cache(k, v, cu_k, 16)
