@@ -130,13 +130,40 @@ const std::vector<Rule>& rules() {
          h.p.cu_seqlens_q = cu;
        },
        C::invalid_argument, "cu_seqlens_q/cu_seqlens_k: give both or neither"},
-      {"varlen_unsupported",
+      // The cpu family reads host cu_seqlens as given: their contents are checked.
+      {"varlen_total_mismatch",
        [](HostProblem& h) {
          static int32_t cu[3] = {0, 17, 34};
          h.p.cu_seqlens_q = cu;
          h.p.cu_seqlens_k = cu;
+         h.p.total_k = 34;
        },
-       C::unsupported, "cu_seqlens_q: kernel cpu does not support variable length"},
+       C::invalid_argument, "total_q: must equal cu_seqlens_q[batch] (34), got 0"},
+      {"varlen_first_not_zero",
+       [](HostProblem& h) {
+         static int32_t cu_q[3] = {1, 17, 34}, cu_k[3] = {0, 17, 34};
+         h.p.cu_seqlens_q = cu_q;
+         h.p.cu_seqlens_k = cu_k;
+         h.p.total_q = h.p.total_k = 34;
+       },
+       C::invalid_argument, "cu_seqlens_q[0]: must be 0, got 1"},
+      {"varlen_decreasing",
+       [](HostProblem& h) {
+         static int32_t cu_q[3] = {0, 17, 34}, cu_k[3] = {0, 20, 19};
+         h.p.cu_seqlens_q = cu_q;
+         h.p.cu_seqlens_k = cu_k;
+         h.p.total_q = 34;
+         h.p.total_k = 19;
+       },
+       C::invalid_argument, "cu_seqlens_k[2]: must be >= cu_seqlens_k[1]"},
+      {"varlen_longer_than_seqlen",
+       [](HostProblem& h) {
+         static int32_t cu_q[3] = {0, 18, 34}, cu_k[3] = {0, 17, 34};
+         h.p.cu_seqlens_q = cu_q;
+         h.p.cu_seqlens_k = cu_k;
+         h.p.total_q = h.p.total_k = 34;
+       },
+       C::invalid_argument, "cu_seqlens_q: sequence 0 has 18 tokens, more than seqlen_q (17)"},
       {"varlen_total_negative", [](HostProblem& h) { static int32_t cu[3] = {0, 17, 34}; h.p.cu_seqlens_q = cu; h.p.cu_seqlens_k = cu; h.p.total_q = -1; }, C::invalid_argument, "total_q/total_k: must be >= 0"},
       {"varlen_misaligned", [](HostProblem& h) { static int32_t cu[4] = {0, 17, 34, 0}; h.p.cu_seqlens_q = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(cu) + 2); h.p.cu_seqlens_k = cu; }, C::invalid_argument, "cu_seqlens_q/cu_seqlens_k: must be 4-byte aligned"},
       {"last_stride", [](HostProblem& h) { h.p.k.stride[3] = 2; }, C::invalid_argument,
@@ -172,6 +199,130 @@ const std::vector<Rule>& rules() {
        C::invalid_argument, "lse: overlaps input sinks"},
   };
   return r;
+}
+
+// A valid paged call over HostProblem's buffers (ForwardParams::block_table): two sequences of
+// (10, 9) and (7, 14) tokens, pages of 4 keys, 8 blocks, a block table of 6 columns whose rows
+// use blocks {5, 1, 7} and {0, 6, 2, 4}; total_k is left 0 (not used with a block table).
+struct PagedProblem {
+  HostProblem h;
+  std::vector<int32_t> cu_q{0, 10, 17}, cu_k{0, 9, 23};
+  std::vector<int32_t> table{5, 1, 7, 3, 3, 3, 0, 6, 2, 4, 3, 3};
+
+  PagedProblem() {
+    fa::ForwardParams& p = h.p;
+    p.cu_seqlens_q = cu_q.data();
+    p.cu_seqlens_k = cu_k.data();
+    p.total_q = 17;
+    p.seqlen_q = 10;
+    p.seqlen_k = 14;
+    p.block_table = table.data();
+    p.max_blocks_per_seq = 6;
+    p.num_blocks = 8;
+    p.page_size = 4;
+    fa::set_contiguous_strides(p.k.stride, p.page_size, p.heads_kv, p.head_dim);
+    fa::set_contiguous_strides(p.v.stride, p.page_size, p.heads_kv, p.head_dim);
+  }
+};
+
+struct PagedRule {
+  const char* name;
+  std::function<void(PagedProblem&)> mutate;
+  const char* says;  // every paged rule is an invalid_argument
+};
+
+const std::vector<PagedRule>& paged_rules() {
+  static const std::vector<PagedRule> r = {
+      {"no_cu_seqlens",
+       [](PagedProblem& g) {
+         g.h.p.cu_seqlens_q = g.h.p.cu_seqlens_k = nullptr;
+         g.h.p.total_q = 0;
+       },
+       "block_table: needs cu_seqlens_q/cu_seqlens_k (paged KV is a variable-length call"},
+      {"page_size_zero", [](PagedProblem& g) { g.h.p.page_size = 0; },
+       "page_size: must be >= 1 with block_table, got 0"},
+      {"num_blocks_zero", [](PagedProblem& g) { g.h.p.num_blocks = 0; },
+       "num_blocks: must be >= 1 with block_table, got 0"},
+      {"max_blocks_zero", [](PagedProblem& g) { g.h.p.max_blocks_per_seq = 0; },
+       "max_blocks_per_seq: must be >= 1 with block_table, got 0"},
+      {"row_stride_short", [](PagedProblem& g) { g.h.p.block_table_stride = 5; },
+       "block_table_stride: must be 0 or >= max_blocks_per_seq (6), got 5"},
+      {"block_table_misaligned",
+       [](PagedProblem& g) {
+         g.h.p.block_table = reinterpret_cast<const int32_t*>(
+             reinterpret_cast<const char*>(g.table.data()) + 2);
+       },
+       "block_table: must be a 4-byte aligned int32 array"},
+      {"too_many_keys",
+       [](PagedProblem& g) {
+         g.h.p.seqlen_k = 1 << 30;
+         g.h.p.max_blocks_per_seq = 1 << 20;
+         g.h.p.page_size = 1 << 12;
+       },
+       "block_table: batch * min(seqlen_k, max_blocks_per_seq * page_size) = 2147483648 keys to "
+       "gather, more than 2147483391"},
+      // k and v are the blocks: every stride is checked, the block stride included.
+      {"block_stride_misaligned", [](PagedProblem& g) { g.h.p.v.stride[0] = 4 * 2 * 64 + 4; },
+       "v.stride[0]: must be a multiple of 8 elements"},
+      {"o_overlaps_blocks", [](PagedProblem& g) { g.h.p.o.data = g.h.k.data() + 31 * 2 * 64; },
+       "o: overlaps input k"},
+      // Host memory (the cpu family): the table's contents are checked.
+      {"block_out_of_range", [](PagedProblem& g) { g.table[8] = 8; },
+       "block_table[1][2]: block 8 is outside [0, num_blocks = 8) and would be read"},
+      {"block_negative", [](PagedProblem& g) { g.table[2] = -1; },
+       "block_table[0][2]: block -1 is outside [0, num_blocks = 8)"},
+      {"sequence_longer_than_its_row", [](PagedProblem& g) { g.h.p.max_blocks_per_seq = 3; },
+       "cu_seqlens_k: sequence 1 has 14 keys, more than its block_table row holds "
+       "(max_blocks_per_seq * page_size = 12)"},
+      {"sequence_longer_than_seqlen_k", [](PagedProblem& g) { g.h.p.seqlen_k = 13; },
+       "cu_seqlens_k: sequence 1 has 14 tokens, more than seqlen_k (13)"},
+  };
+  return r;
+}
+
+class PagedValidationRule : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(PagedValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
+  const PagedRule& rule = paged_rules()[GetParam()];
+  PagedProblem g;
+  const fa::Status base = fa::can_implement(g.h.p, fa::Kernel::cpu);
+  ASSERT_TRUE(base.ok()) << "the base paged problem must be valid: " << base.message;
+  rule.mutate(g);
+  const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::cpu);
+  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << rule.name << ": " << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos)
+      << rule.name << ": message was \"" << s.message << "\"";
+  const fa::Status f = fa::forward(g.h.p, fa::Kernel::cpu);
+  EXPECT_EQ(f.code, s.code);
+  EXPECT_EQ(f.message, s.message);
+  EXPECT_TRUE(g.h.output_untouched()) << rule.name << ": a refused call wrote the output";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRules, PagedValidationRule,
+                         ::testing::Range<size_t>(0, paged_rules().size()),
+                         [](const auto& info) {
+                           return std::string(paged_rules()[info.param].name);
+                         });
+
+// Paged input goes through the variable-length forward: families without variable length refuse
+// it as unsupported, naming cu_seqlens_q; total_k is not read; the base call runs and writes
+// every row.
+TEST(Validation, PagedNeedsAVariableLengthFamily) {
+  PagedProblem g;
+  for (fa::Kernel k : {fa::Kernel::k1, fa::Kernel::k2}) {
+    if (!fa::kernel_is_built(k)) continue;
+    const fa::Status s = fa::can_implement(g.h.p, k);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_NE(s.message.find("cu_seqlens_q: kernel " + std::string(fa::kernel_name(k)) +
+                             " does not support variable length"),
+              std::string::npos)
+        << s.message;
+  }
+  g.h.p.total_k = 12345;
+  EXPECT_EQ(fa::select_kernel(g.h.p), fa::Kernel::cpu);
+  const fa::Status s = fa::forward(g.h.p);
+  ASSERT_TRUE(s.ok()) << s.message;
+  for (size_t i = 0; i < size_t(17) * 4 * 64; ++i) ASSERT_NE(g.h.o[i], 0xFFFF) << i;
 }
 
 class ValidationRule : public ::testing::TestWithParam<size_t> {};

@@ -66,9 +66,11 @@ enum {
 
 /* The forward parameters: 64 bytes of 32-bit fields, then 8-byte fields, so that the layout has
  * no implicit padding. Version 1 was 256 bytes on LP64; version 2 appends `sinks` (264); version
- * 3 appends `softcap` and a `reserved2` that keeps the size a multiple of 8 (272). Strides
+ * 3 appends `softcap` and a `reserved2` that keeps the size a multiple of 8 (272); version 4 the
+ * paged KV fields (`block_table` .. `page_size`) and `reserved3` (304). Strides
  * are in elements, ordered (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total,
- * heads, dim) and stride[0] is ignored. */
+ * heads, dim) and stride[0] is ignored; with block_table, k and v are (num_blocks, page_size,
+ * heads, dim) and every stride is used. */
 typedef struct flashattn_c_fwd_params {
   uint32_t struct_size; /* sizeof(flashattn_c_fwd_params) as the caller knows it */
   int32_t dtype;        /* an element type above: FLASHATTN_C_BF16, ... */
@@ -104,6 +106,13 @@ typedef struct flashattn_c_fwd_params {
   /* Version 3 (272 bytes): */
   float softcap;      /* 0: off; else > 0: ForwardParams::softcap */
   uint32_t reserved2; /* must be 0 */
+  /* Version 4 (304 bytes): paged KV in prefill (ForwardParams::block_table). */
+  const int32_t* block_table; /* optional int32 (batch, max_blocks_per_seq), with cu_seqlens */
+  int64_t block_table_stride; /* elements between rows of block_table (0: max_blocks_per_seq) */
+  int32_t max_blocks_per_seq; /* columns of block_table */
+  int32_t num_blocks;         /* blocks in k and v */
+  int32_t page_size;          /* rows per block, >= 1 */
+  uint32_t reserved3;         /* must be 0 */
 } flashattn_c_fwd_params;
 
 /* Validates and runs (asynchronously on `stream` for GPU kernels). Returns a status code. */

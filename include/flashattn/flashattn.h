@@ -155,7 +155,26 @@ struct ForwardParams {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   int total_q = 0;  // packed query tokens, = cu_seqlens_q[batch]
-  int total_k = 0;  // packed key tokens,   = cu_seqlens_k[batch]
+  int total_k = 0;  // packed key tokens,   = cu_seqlens_k[batch] (not used with block_table)
+
+  // Paged KV (flash-attn's `block_table` in flash_attn_varlen_func: prefill against a paged
+  // cache). Only with cu_seqlens. k and v are then the cache's pages, (num_blocks, page_size,
+  // heads_kv, head_dim) and (num_blocks, page_size, heads_kv, head_dim_v), strides (block, row,
+  // head, dim) with stride[0] used; block_table is int32 (batch, max_blocks_per_seq), row b at
+  // block_table + b * block_table_stride, in the memory the kernel reads. Key j of sequence b
+  // lives at row j % page_size of block block_table[b][j / page_size]; sequence b has
+  // cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys, at most max_blocks_per_seq * page_size.
+  // Every block id a sequence uses must lie in [0, num_blocks): the cpu family checks it (host
+  // memory); GPU families cannot without a synchronisation, so there it is the caller's duty
+  // (an id out of range is never dereferenced: its keys read as zeros, the result unspecified).
+  // The GPU path gathers each sequence's keys and values into a packed copy in the library's
+  // workspace and runs the variable-length forward on it (docs/DESIGN.md, "Paged KV in
+  // prefill"): one extra read and write of the keys and values used.
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;  // elements between rows of block_table; 0: max_blocks_per_seq
+  int max_blocks_per_seq = 0;      // columns of block_table, >= 1
+  int num_blocks = 0;              // blocks (pages) in k and v, >= 1
+  int page_size = 0;               // rows (tokens) per block, any size >= 1
 
   // Learnable attention sinks (gpt-oss): optional fp32 (heads_q,), one logit per query head, in
   // the units of the scaled scores (softmax_scale * q·k). Each row's softmax runs over its

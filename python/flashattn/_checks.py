@@ -54,11 +54,20 @@ def dense(q, k, v):
           "k's")
 
 
-def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-    """q (total_q, hq, d), k (total_k, hkv, d), v (total_k, hkv, dv), cu_seqlens int32 (b + 1)."""
-    _qkv(q, k, v, 3, "(total_tokens, heads, head_dim)")
-    _same("k.shape[2] (head_dim)", k.shape[2], q.shape[2], "q's head_dim")
-    _same("v.shape[:2] (total_k, heads_kv)", tuple(v.shape[:2]), tuple(k.shape[:2]), "k's")
+def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table=None):
+    """q (total_q, hq, d), k (total_k, hkv, d), v (total_k, hkv, dv), cu_seqlens int32 (b + 1).
+    With block_table (int32 (b, max_blocks_per_seq) on q's device), k and v are a paged cache:
+    (num_blocks, page_size, hkv, d) and (num_blocks, page_size, hkv, dv)."""
+    if block_table is None:
+        _qkv(q, k, v, 3, "(total_tokens, heads, head_dim)")
+        _same("k.shape[2] (head_dim)", k.shape[2], q.shape[2], "q's head_dim")
+        _same("v.shape[:2] (total_k, heads_kv)", tuple(v.shape[:2]), tuple(k.shape[:2]), "k's")
+    else:
+        _tensor("q", q, 3, "(total_tokens, heads, head_dim)")
+        _qkv(q.unsqueeze(0), k, v, 4, "(num_blocks, page_size, heads, head_dim) with block_table")
+        _same("k.shape[3] (head_dim)", k.shape[3], q.shape[2], "q's head_dim")
+        _same("v.shape[:3] (num_blocks, page_size, heads_kv)", tuple(v.shape[:3]),
+              tuple(k.shape[:3]), "k's")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         _tensor(name, t, 1, "(batch + 1,)")
         if t.dtype != torch.int32:
@@ -72,6 +81,10 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(m, bool) or not isinstance(m, (int, torch.SymInt)) or m < 0:
             raise ValueError(f"{name}: expected an integer >= 0, got {m!r}")
+    if block_table is not None:
+        _index("block_table", block_table, 2, "(batch, max_blocks_per_seq)", q.device)
+        _same("block_table.shape[0]", block_table.shape[0], cu_seqlens_q.shape[0] - 1,
+              "the batch (cu_seqlens_q.shape[0] - 1)")
 
 
 def _index(name, t, ndim, layout, device):

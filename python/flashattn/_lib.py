@@ -27,7 +27,7 @@ class UnsupportedError(ValueError):
 
 
 class Params(ctypes.Structure):
-    """Mirror of flashattn_c_fwd_params, version 3 (272 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_fwd_params, version 4 (304 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -61,13 +61,19 @@ class Params(ctypes.Structure):
         ("sinks", ctypes.c_void_p),  # version 2
         ("softcap", ctypes.c_float),  # version 3
         ("reserved2", ctypes.c_uint32),
+        ("block_table", ctypes.c_void_p),  # version 4: paged KV in prefill
+        ("block_table_stride", ctypes.c_int64),
+        ("max_blocks_per_seq", ctypes.c_int32),
+        ("num_blocks", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("reserved3", ctypes.c_uint32),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(Params), **fields)
 
 
-assert ctypes.sizeof(Params) == 272 and Params.q.offset == 64 and Params.q_stride.offset == 128
+assert ctypes.sizeof(Params) == 304 and Params.q.offset == 64 and Params.q_stride.offset == 128
 
 
 class DecodeParams(ctypes.Structure):

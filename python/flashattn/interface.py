@@ -59,27 +59,38 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1),
                            return_lse=False, kernel="auto", *, sinks=None, deterministic=False,
-                           softcap=0.0):
+                           softcap=0.0, block_table=None):
     """Attention over packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k: (total_k, heads_kv, head_dim);
     v: (total_k, heads_kv, head_dim_v). cu_seqlens_q/cu_seqlens_k: int32 (batch + 1,) prefix
     sums of the sequence lengths on q's device (sequence b is rows cu[b]..cu[b+1]-1; empty
     sequences allowed). max_seqlen_q/max_seqlen_k: the longest sequence (no sequence may be
-    longer). Masks apply per sequence. Needs a family with variable-length support (fa2, k3-k6);
-    others raise flashattn.UnsupportedError. sinks, deterministic, softcap and gradients: as
-    flash_attn_func (the backward needs a variable-length backward family: fa2).
+    longer). Masks apply per sequence. Needs a family with variable-length support (cpu, fa2,
+    k3-k6); others raise flashattn.UnsupportedError. sinks, deterministic, softcap and
+    gradients: as flash_attn_func (the backward needs a variable-length backward family: fa2,
+    cpu).
+
+    block_table: paged KV (flash-attn's keyword; chunked prefill against a paged cache). An int32
+    (batch, max_blocks_per_seq) tensor on q's device; k and v are then the cache's blocks,
+    (num_blocks, page_size, heads_kv, head_dim) and (num_blocks, page_size, heads_kv,
+    head_dim_v), any page_size >= 1. Key j of sequence b is k[block_table[b, j // page_size],
+    j % page_size]; sequence b has cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys (at most
+    max_blocks_per_seq * page_size). Block ids must lie in [0, num_blocks): checked on the CPU;
+    on CUDA the caller's duty (an id out of range is never read; the result is then
+    unspecified). On CUDA the keys and values used are gathered into library workspace first
+    (one extra read and write of them). No backward: gradients raise UnsupportedError.
 
     Returns out (total_q, heads_q, head_dim_v); with return_lse, (out, lse), lse (heads_q,
     total_q) fp32.
     """
-    _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table)
     left, right = _checks.window(window_size)
     out, lse = ops.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                               int(max_seqlen_k),
                               0.0 if softmax_scale is None else float(softmax_scale),
                               bool(causal), left, right, kernel, sinks, bool(deterministic),
-                              float(softcap))
+                              float(softcap), block_table)
     return (out, lse) if return_lse else out
 
 

@@ -130,32 +130,53 @@ def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=N
     schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
            "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
            "int window_left, int window_right, str kernel, Tensor? sinks=None, "
-           "bool deterministic=False, float softcap=0.0) -> (Tensor, Tensor)")
+           "bool deterministic=False, float softcap=0.0, Tensor? block_table=None) "
+           "-> (Tensor, Tensor)")
 def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                causal, window_left, window_right, kernel, sinks=None, deterministic=False,
-               softcap=0.0):
+               softcap=0.0, block_table=None):
     """out (total_q, heads_q, head_dim_v) and lse (heads_q, total_q), fp32. `deterministic` is
-    the backward's."""
-    _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    the backward's. With block_table (int32 (batch, max_blocks_per_seq)), k and v are a paged
+    cache (num_blocks, page_size, heads_kv, head_dim[_v]) (ForwardParams::block_table)."""
+    _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table)
     _checks.sinks(sinks, q, q.shape[1])
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     total_q, heads_q, _ = q.shape
     out = torch.empty((total_q, heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
+    paged = block_table is not None
     dims = _dims(batch=cu_seqlens_q.numel() - 1, seqlen_q=max_seqlen_q, seqlen_k=max_seqlen_k,
-                 heads_q=heads_q, heads_kv=k.shape[1], head_dim=q.shape[2],
-                 head_dim_v=v.shape[2], total_q=total_q, total_k=k.shape[0])
+                 heads_q=heads_q, heads_kv=k.shape[-2], head_dim=q.shape[2],
+                 head_dim_v=v.shape[-1], total_q=total_q, total_k=0 if paged else k.shape[0])
 
     def packed(t):  # (total, heads, dim): stride[0] is ignored by the library
         return (_lib.ctypes.c_int64 * 4)(0, *_strides(t))
 
+    def blocks(t):  # (num_blocks, page_size, heads, dim): every stride used
+        return (_lib.ctypes.c_int64 * 4)(*_strides(t))
+
+    kv_strides = blocks if paged else packed
     params = _lib.Params(
         dtype=_checks.DTYPE_CODES[q.dtype], **dims, softmax_scale=softmax_scale,
         causal=int(causal), window_left=window_left, window_right=window_right,
         softcap=softcap, q=_ptr(q), k=_ptr(k), v=_ptr(v), o=_ptr(out), lse=_ptr(lse),
         cu_seqlens_q=cu_seqlens_q.data_ptr(), cu_seqlens_k=cu_seqlens_k.data_ptr(),
-        q_stride=packed(q), k_stride=packed(k), v_stride=packed(v), o_stride=packed(out))
+        q_stride=packed(q), k_stride=kv_strides(k), v_stride=kv_strides(v),
+        o_stride=packed(out))
+    if paged:
+        rows, cols = block_table.shape
+        # The library reads rows of unit column stride, block_table_stride >= cols apart (0 means
+        # cols): anything else (a transposed or expanded table) is copied first.
+        if ((cols > 1 and block_table.stride(1) != 1)
+                or (rows > 1 and block_table.stride(0) < cols)):
+            block_table = block_table.contiguous()
+        params.block_table = block_table.data_ptr()
+        params.block_table_stride = block_table.stride(0) if rows > 1 else 0
+        layout = _dims(num_blocks=k.shape[0], page_size=k.shape[1],
+                       max_blocks_per_seq=block_table.shape[1])
+        params.num_blocks, params.page_size = layout["num_blocks"], layout["page_size"]
+        params.max_blocks_per_seq = layout["max_blocks_per_seq"]
     if sinks is not None:
         sinks = sinks.contiguous()
         params.sinks = _ptr(sinks)
@@ -165,7 +186,8 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
 
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, kernel, sinks=None, deterministic=False, softcap=0.0):
+      window_left, window_right, kernel, sinks=None, deterministic=False, softcap=0.0,
+      block_table=None):
     total_q, heads_q, _ = q.shape
     out = q.new_empty((total_q, heads_q, v.shape[-1]))
     lse = q.new_empty((heads_q, total_q), dtype=torch.float32)
@@ -409,14 +431,19 @@ def _fwd_backward(ctx, grad_out, grad_lse):
 
 def _varlen_setup_context(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right, kernel, sinks,
-     deterministic, softcap) = inputs
+     deterministic, softcap, *paged) = inputs
     _save(ctx, q, k, v, *output, sinks, 12, cu_q, cu_k)
     ctx.softcap = softcap
+    ctx.paged = bool(paged) and paged[0] is not None
     ctx.args = (max_q, max_k, scale, bool(causal), left, right, bool(deterministic),
                 backward_kernel(kernel))
 
 
 def _varlen_backward(ctx, grad_out, grad_lse):
+    if ctx.paged:
+        raise _lib.UnsupportedError(
+            "block_table: the backward of a paged call is not supported (paged KV is for "
+            "prefill against a cache; train with contiguous k and v)")
     q, k, v, out, lse, sinks, cu_q, cu_k = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)

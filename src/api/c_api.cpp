@@ -41,15 +41,17 @@ static_assert(FLASHATTN_C_KERNEL_K8 == static_cast<int>(Kernel::k8));
 static_assert(std::size(kAllKernels) == FLASHATTN_C_KERNEL_K8 + 1);
 
 // The struct's layout; the Python mirror (python/flashattn/_lib.py) checks the same numbers.
-// Version 1 ended at 256 bytes (before `sinks`), version 2 at 264 (before `softcap`): callers
-// built against them still run, with no sinks and no softcap (read_versioned zero-fills the tail
-// they do not know). `reserved2` pads version 3 to a multiple of 8 bytes.
+// Version 1 ended at 256 bytes (before `sinks`), version 2 at 264 (before `softcap`), version 3
+// at 272 (before `block_table`): callers built against them still run, with no sinks, no softcap
+// and no block table (read_versioned zero-fills the tail they do not know). `reserved2` pads
+// version 3 and `reserved3` version 4 to a multiple of 8 bytes.
 static_assert(offsetof(flashattn_c_fwd_params, q) == 64);
 static_assert(offsetof(flashattn_c_fwd_params, q_stride) == 128);
 constexpr size_t kV1Size = 256;
 static_assert(offsetof(flashattn_c_fwd_params, sinks) == kV1Size);
-static_assert(offsetof(flashattn_c_fwd_params, softcap) == 264);  // version 2's size
-static_assert(sizeof(flashattn_c_fwd_params) == 272);
+static_assert(offsetof(flashattn_c_fwd_params, softcap) == 264);      // version 2's size
+static_assert(offsetof(flashattn_c_fwd_params, block_table) == 272);  // version 3's size
+static_assert(sizeof(flashattn_c_fwd_params) == 304);
 
 // The decode struct's layout; version 1 ended at 368 bytes (before `sinks`); `reserved3` pads
 // version 4 (the rotary fields) to a multiple of 8 bytes.
@@ -86,7 +88,10 @@ static_assert(sizeof(flashattn_c_bwd_params) == 440);
   FIELD(k, k.data) FIELD(v, v.data) FIELD(o, o.data) FIELD(lse, lse)                            \
   FIELD(cu_seqlens_q, cu_seqlens_q) FIELD(cu_seqlens_k, cu_seqlens_k) FIELD(stream, stream)     \
   FIELD(q_stride, q.stride) FIELD(k_stride, k.stride) FIELD(v_stride, v.stride)                 \
-  FIELD(o_stride, o.stride) FIELD(sinks, sinks) FIELD(softcap, softcap) HEADER(reserved2)
+  FIELD(o_stride, o.stride) FIELD(sinks, sinks) FIELD(softcap, softcap) HEADER(reserved2)       \
+  FIELD(block_table, block_table) FIELD(block_table_stride, block_table_stride)                 \
+  FIELD(max_blocks_per_seq, max_blocks_per_seq) FIELD(num_blocks, num_blocks)                   \
+  FIELD(page_size, page_size) HEADER(reserved3)
 
 #define FLASHATTN_C_DECODE_FIELDS(HEADER, FIELD)                                                \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \

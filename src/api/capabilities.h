@@ -40,7 +40,8 @@ struct KernelCaps {
 constexpr KernelCaps kernel_caps(Kernel kernel) {
   switch (kernel) {
     case Kernel::cpu:
-      return {.built = true, .host = true, .hdim_v_differs = true, .sinks = true, .softcap = true};
+      return {.built = true, .host = true, .varlen = true, .hdim_v_differs = true, .sinks = true,
+              .softcap = true};
     case Kernel::k1:
     case Kernel::k2:
       return {.built = kLineageBuilt, .min_cc = 80, .hdim_v_differs = true};

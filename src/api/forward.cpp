@@ -1,6 +1,7 @@
 // forward(): validate, resolve `auto`, normalise the parameters into a Problem, and hand it to
-// the chosen family's launcher.
+// the chosen family's launcher (paged KV first through the gather of api/paged_forward.h).
 #include "api/capabilities.h"
+#include "api/paged_forward.h"
 #include "common/problem.h"
 #include "flashattn/flashattn.h"
 #include "kernels/cpu/entry.h"
@@ -11,9 +12,10 @@
 
 namespace flashattn {
 
-Status forward(const ForwardParams& params, Kernel kernel) {
-  if (Status s = can_implement(params, kernel); !s.ok()) return s;
-  if (kernel == Kernel::automatic) kernel = select_kernel(params);
+namespace {
+
+// A validated call on a resolved family: normalise, then the family's launcher.
+Status run(const ForwardParams& params, Kernel kernel) {
   const Problem problem = make_problem(params);
   if (problem.seqlen_q == 0) return Status::success();  // nothing to compute or write
   switch (kernel) {
@@ -31,6 +33,16 @@ Status forward(const ForwardParams& params, Kernel kernel) {
   }
   return {StatusCode::unsupported, std::string("kernel ") + kernel_name(kernel) +
                                        ": not built in this version of flashattn"};
+}
+
+}  // namespace
+
+Status forward(const ForwardParams& params, Kernel kernel) {
+  if (Status s = can_implement(params, kernel); !s.ok()) return s;
+  if (kernel == Kernel::automatic) kernel = select_kernel(params);
+  // Paged KV: gathered into packed buffers, then the same variable-length call.
+  if (params.block_table != nullptr) return forward_paged(params, kernel, run);
+  return run(params, kernel);
 }
 
 }  // namespace flashattn

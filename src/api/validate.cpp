@@ -1,6 +1,7 @@
 // can_implement(): every rule a forward call must satisfy, each failure naming the argument and
 // the rule. Nothing here launches work; a refused call touches no memory.
 #include <array>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -12,6 +13,7 @@
 #include "api/capabilities.h"
 #include "api/tensor_check.h"
 #include "common/head_dims.h"
+#include "common/paged_kv.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn {
@@ -37,19 +39,125 @@ std::string head_dims_rule() {
   return equal + " with head_dim_v equal to it" + differs;
 }
 
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
+
 // q, k, v and o with their logical shapes. Packed (varlen) tensors are one batch of total
-// tokens, and their unused batch stride is not checked.
+// tokens, and their unused batch stride is not checked. With a block table, k and v are the
+// cache's blocks (num_blocks, page_size, heads_kv, dim), every stride used.
 std::array<TensorArg, 4> forward_tensors(const ForwardParams& p) {
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool paged = p.block_table != nullptr;
   const int64_t nb = varlen ? 1 : p.batch;
   const int64_t sq = varlen ? p.total_q : p.seqlen_q;
   const int64_t sk = varlen ? p.total_k : p.seqlen_k;
   const int first = varlen ? 1 : 0;
+  const int64_t kb = paged ? p.num_blocks : nb, kr = paged ? p.page_size : sk;
+  const int k_first = paged ? 0 : first;
   return {tensor_arg("q", p.q, {nb, sq, p.heads_q, p.head_dim}, p.dtype, first),
-          tensor_arg("k", p.k, {nb, sk, p.heads_kv, p.head_dim}, p.dtype, first),
-          tensor_arg("v", p.v, {nb, sk, p.heads_kv, dv}, p.dtype, first),
+          tensor_arg("k", p.k, {kb, kr, p.heads_kv, p.head_dim}, p.dtype, k_first),
+          tensor_arg("v", p.v, {kb, kr, p.heads_kv, dv}, p.dtype, k_first),
           tensor_arg("o", p.o, {nb, sq, p.heads_q, dv}, p.dtype, first)};
+}
+
+// The shape rules of a paged call (ForwardParams::block_table); nothing when there is no table.
+Status check_paged_shapes(const ForwardParams& p) {
+  if (p.block_table == nullptr) return Status::success();
+  if (p.cu_seqlens_q == nullptr) {
+    return invalid(
+        "block_table: needs cu_seqlens_q/cu_seqlens_k (paged KV is a variable-length call: "
+        "sequence b has cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys)");
+  }
+  if (p.page_size < 1) {
+    return invalid("page_size: must be >= 1 with block_table, got " + str(p.page_size));
+  }
+  if (p.num_blocks < 1) {
+    return invalid("num_blocks: must be >= 1 with block_table, got " + str(p.num_blocks));
+  }
+  if (p.max_blocks_per_seq < 1) {
+    return invalid("max_blocks_per_seq: must be >= 1 with block_table, got " +
+                   str(p.max_blocks_per_seq));
+  }
+  if (p.block_table_stride != 0 && p.block_table_stride < p.max_blocks_per_seq) {
+    return invalid("block_table_stride: must be 0 or >= max_blocks_per_seq (" +
+                   str(p.max_blocks_per_seq) + "), got " + str(p.block_table_stride));
+  }
+  if (reinterpret_cast<uintptr_t>(p.block_table) % 4 != 0) {
+    return invalid("block_table: must be a 4-byte aligned int32 array");
+  }
+  // The GPU gather's packed copy holds every sequence at its longest (common/paged_kv.h) and is
+  // addressed by the kernels with int32 token counts.
+  if (paged_gather_rows(p) > INT_MAX) {
+    return invalid("block_table: batch * min(seqlen_k, max_blocks_per_seq * page_size) = " +
+                   str(paged_gather_rows(p) - kPagedTailRows) + " keys to gather, more than " +
+                   str(int64_t{INT_MAX} - kPagedTailRows));
+  }
+  return Status::success();
+}
+
+// Host index arrays the cpu family reads as given: a bad entry would index outside the tensors,
+// so their contents are checked (GPU families cannot read device arrays without a
+// synchronisation and trust them: flashattn.h). The messages are the backward's.
+Status check_host_cu_seqlens(const std::string& n, const int32_t* cu, int batch, int max_len,
+                             const char* max_name, const char* total_name, int total) {
+  if (cu[0] != 0) return invalid(n + "[0]: must be 0, got " + str(cu[0]));
+  for (int b = 0; b < batch; ++b) {
+    const int64_t len = int64_t{cu[b + 1]} - cu[b];
+    if (len < 0) {
+      return invalid(n + "[" + str(b + 1) + "]: must be >= " + n + "[" + str(b) +
+                     "] (prefix sums never decrease), got " + str(cu[b + 1]) + " < " + str(cu[b]));
+    }
+    if (len > max_len) {
+      return invalid(n + ": sequence " + str(b) + " has " + str(len) + " tokens, more than " +
+                     max_name + " (" + str(max_len) + ")");
+    }
+  }
+  if (total_name != nullptr && cu[batch] != total) {
+    return invalid(std::string(total_name) + ": must equal " + n + "[batch] (" + str(cu[batch]) +
+                   "), got " + str(total));
+  }
+  return Status::success();
+}
+
+// A host block table: each sequence fits its row, and every block it uses is in range.
+Status check_host_block_table(const ForwardParams& p) {
+  const int64_t stride = p.block_table_stride > 0 ? p.block_table_stride : p.max_blocks_per_seq;
+  const int64_t capacity = int64_t{p.max_blocks_per_seq} * p.page_size;
+  for (int b = 0; b < p.batch; ++b) {
+    const int64_t len = int64_t{p.cu_seqlens_k[b + 1]} - p.cu_seqlens_k[b];
+    if (len > capacity) {
+      return invalid("cu_seqlens_k: sequence " + str(b) + " has " + str(len) +
+                     " keys, more than its block_table row holds (max_blocks_per_seq * "
+                     "page_size = " + str(capacity) + ")");
+    }
+    for (int64_t i = 0; i * p.page_size < len; ++i) {
+      const int32_t block = p.block_table[b * stride + i];
+      if (block < 0 || block >= p.num_blocks) {
+        return invalid("block_table[" + str(b) + "][" + str(i) + "]: block " + str(block) +
+                       " is outside [0, num_blocks = " + str(p.num_blocks) + ") and would be read");
+      }
+    }
+  }
+  return Status::success();
+}
+
+Status check_host_indices(const ForwardParams& p) {
+  if (p.cu_seqlens_q == nullptr) return Status::success();
+  const bool paged = p.block_table != nullptr;
+  if (Status s = check_host_cu_seqlens("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.seqlen_q,
+                                       "seqlen_q", "total_q", p.total_q);
+      !s.ok()) {
+    return s;
+  }
+  // With a block table there is no packed k: total_k is not used.
+  if (Status s = check_host_cu_seqlens("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.seqlen_k,
+                                       "seqlen_k", paged ? nullptr : "total_k", p.total_k);
+      !s.ok()) {
+    return s;
+  }
+  return paged ? check_host_block_table(p) : Status::success();
 }
 
 }  // namespace
@@ -122,6 +230,7 @@ namespace {
 
 Status check_shapes(const ForwardParams& p) {
   if (Status s = check_attention_shapes(p); !s.ok()) return s;
+  if (Status s = check_paged_shapes(p); !s.ok()) return s;
   // Valid input that no kernel runs yet: after every invalid_argument rule.
   if (!dtype_has_kernel(p.dtype)) {
     return unsupported(std::string("dtype: ") + dtype_name(p.dtype) +
@@ -144,13 +253,19 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
   if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
 
   // Host or device memory, as the kernel needs, and a device the kernel runs on.
-  const NamedPointer pointers[] = {
-      data_pointer(tensors[0]),        data_pointer(tensors[1]), data_pointer(tensors[2]),
-      data_pointer(tensors[3]),        {"lse", p.lse},           {"cu_seqlens_q", p.cu_seqlens_q},
-      {"cu_seqlens_k", p.cu_seqlens_k}, {"sinks", p.sinks}};
+  const NamedPointer pointers[] = {data_pointer(tensors[0]),
+                                   data_pointer(tensors[1]),
+                                   data_pointer(tensors[2]),
+                                   data_pointer(tensors[3]),
+                                   {"lse", p.lse},
+                                   {"cu_seqlens_q", p.cu_seqlens_q},
+                                   {"cu_seqlens_k", p.cu_seqlens_k},
+                                   {"sinks", p.sinks},
+                                   {"block_table", p.block_table}};
   const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
                         caps.max_cc_major};
-  return check_placement(where, pointers);
+  if (Status s = check_placement(where, pointers); !s.ok()) return s;
+  return caps.host ? check_host_indices(p) : Status::success();
 }
 
 Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
@@ -174,8 +289,10 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
                        std::to_string(caps.only_head_dim) + " only (k6 has every head dim)");
   }
   if (caps.tma) {
+    // With a block table the kernel reads the gather's dense copies of k and v, not the blocks.
     const std::array<TensorArg, 4> tensors = forward_tensors(p);
-    return check_tma_strides(std::span(tensors).first(3), "kernel " + k);
+    return check_tma_strides(std::span(tensors).first(p.block_table != nullptr ? 1 : 3),
+                             "kernel " + k);
   }
   return Status::success();
 }

@@ -9,7 +9,7 @@ import torch
 
 import flashattn
 from attn_ref import check_grads
-from flashattn import (UnsupportedError, flash_attn_func, flash_attn_kvpacked_func,
+from flashattn import (flash_attn_func, flash_attn_kvpacked_func,
                        flash_attn_qkvpacked_func, flash_attn_varlen_func)
 
 DTYPES = [torch.bfloat16, torch.float16]
@@ -300,7 +300,7 @@ def varlen_reference_check(got, q, k, v, dout, out, cu_q, cu_k, **kw):
 
 def packed_forward(q, k, v, cu_q, cu_k, **kw):
     """out (total_q, hq, dv) and lse (hq, total_q) of a varlen batch, from one dense forward per
-    sequence (the cpu family has no variable-length forward; its backward has)."""
+    sequence (independent of the cpu family's own variable-length forward)."""
     cq, ck = cu_q.tolist(), cu_k.tolist()
     outs, lses = [], []
     for b in range(len(cq) - 1):
@@ -344,12 +344,21 @@ def test_cpu_varlen_backward_op_with_a_zero_length_sequence(causal, window):
     torch.testing.assert_close(dsinks, want, rtol=1e-4, atol=1e-4)
 
 
-def test_cpu_varlen_forward_is_refused_as_unsupported():
-    # ... so flash_attn_varlen_func trains on the GPU (fa2) only.
+def test_cpu_varlen_trains_through_autograd():
+    # flash_attn_varlen_func on CPU tensors: the cpu family's varlen forward, then its backward;
+    # the gradients equal those of the varlen backward op on the per-sequence forward's out/lse.
     q, k, v = (randn(20, 2, 64).requires_grad_() for _ in range(3))
     cu = torch.tensor([0, 8, 8, 20], dtype=torch.int32)
-    with pytest.raises(UnsupportedError, match="kernel cpu does not support variable length"):
-        flash_attn_varlen_func(q, k, v, cu, cu, 12, 12)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, 12, 12, causal=True)
+    ref_out, ref_lse = packed_forward(q.detach(), k.detach(), v.detach(), cu, cu, causal=True)
+    assert torch.equal(out.detach(), ref_out)
+    dout = randn(20, 2, 64)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    want = torch.ops.flashattn.varlen_bwd(dout, q.detach(), k.detach(), v.detach(), ref_out,
+                                          ref_lse, cu, cu, 12, 12, 0.0, True, -1, -1, False,
+                                          "cpu")
+    for got, w in zip((dq, dk, dv), want):
+        assert torch.equal(got, w)
 
 
 # ---- GPU ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from flashattn import _lib
 
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
-    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 272
+    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 304
     assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 416
     assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 440
     assert flashattn.library_version() == flashattn.__version__
@@ -149,6 +149,35 @@ def test_rotary_fields_reserved3_and_older_sizes():
     assert fields["seqlen_ro"] == ("int32", 404)
     assert fields["rotary_interleaved"] == ("int32", 408)
     assert fields["reserved3"] == ("uint32", 412)
+
+
+def test_paged_fields_reserved3_and_older_sizes():
+    """Version 4 of the forward struct appends the paged KV fields (block_table, its row stride,
+    then int32s, reserved3 padding to 304): their rules are read from a struct of the current
+    size; a caller of version 3 (272 bytes) is not read past its end, so a bad tail is ignored."""
+    def params(**kw):  # the shape rules read no memory: placeholder pointers
+        return _lib.Params(dtype=_lib.BF16, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1,
+                           heads_kv=1, head_dim=64, window_left=-1, window_right=-1, **kw)
+    assert _lib.can_implement(params(reserved3=2), 0) == (
+        _lib.INVALID_ARGUMENT, "reserved3: must be 0, got 2")
+    code, msg = _lib.can_implement(params(block_table=64, page_size=16), 0)
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith(
+        "block_table: needs cu_seqlens_q/cu_seqlens_k")
+    code, msg = _lib.can_implement(params(block_table=64, cu_seqlens_q=64, cu_seqlens_k=64,
+                                          total_q=4, page_size=0, num_blocks=1,
+                                          max_blocks_per_seq=1), 0)
+    assert (code, msg) == (_lib.INVALID_ARGUMENT, "page_size: must be >= 1 with block_table, got 0")
+    old = params(block_table=64, page_size=0, reserved3=1)
+    old.struct_size = 272
+    code, msg = _lib.can_implement(old, 0)
+    assert "block_table" not in msg and "page_size" not in msg and "reserved3" not in msg
+    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(_lib.Params)}
+    assert fields["block_table"] == ("pointer", 272)
+    assert fields["block_table_stride"] == ("int64", 280)
+    assert fields["max_blocks_per_seq"] == ("int32", 288)
+    assert fields["num_blocks"] == ("int32", 292)
+    assert fields["page_size"] == ("int32", 296)
+    assert fields["reserved3"] == ("uint32", 300)
 
 
 def test_softcap_rule_through_the_abi():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import flashattn
-from flashattn import (UnsupportedError, flash_attn_func, flash_attn_kvpacked_func,
+from flashattn import (flash_attn_func, flash_attn_kvpacked_func,
                        flash_attn_qkvpacked_func, flash_attn_varlen_func,
                        flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
 
@@ -176,13 +176,17 @@ def test_further_keywords_are_passed_through(recorded):
     assert varlen.kwargs["sinks"] is marker
 
 
-def test_varlen_on_the_cpu_kernel_is_refused_by_the_library():
-    # The call reaches flash_attn_varlen_func: the cpu kernel's refusal comes through unchanged.
-    with pytest.raises(UnsupportedError, match="does not support variable length"):
-        flash_attn_varlen_qkvpacked_func(randn(17, 3, 2, 64), cu([5, 12]), 12)
-    with pytest.raises(UnsupportedError, match="does not support variable length"):
-        flash_attn_varlen_kvpacked_func(randn(17, 2, 64), randn(30, 2, 2, 64), cu([5, 12]),
-                                        cu([10, 20]), 12, 20, kernel="cpu")
+def test_varlen_packed_on_the_cpu_kernel_equal_the_unpacked_call():
+    # The views reach flash_attn_varlen_func, which the cpu kernel runs (variable length).
+    qkv = randn(17, 3, 2, 64)
+    got = flash_attn_varlen_qkvpacked_func(qkv, cu([5, 12]), 12, causal=True)
+    want = flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu([5, 12]), cu([5, 12]), 12,
+                                  12, causal=True)
+    assert torch.equal(got, want)
+    q, kv = randn(17, 2, 64), randn(30, 2, 2, 64)
+    got = flash_attn_varlen_kvpacked_func(q, kv, cu([5, 12]), cu([10, 20]), 12, 20, kernel="cpu")
+    want = flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu([5, 12]), cu([10, 20]), 12, 20)
+    assert torch.equal(got, want)
 
 
 # ---- malformed packed tensors ------------------------------------------------------------------

@@ -3,7 +3,7 @@ support run everywhere; the GPU comparison against per-sequence attention lives 
 import pytest
 import torch
 
-from flashattn import UnsupportedError, flash_attn_varlen_func
+from flashattn import flash_attn_func, flash_attn_varlen_func
 
 
 def packed(total_q=48, total_k=80, hq=4, hkv=2, d=64):
@@ -15,13 +15,27 @@ CU_Q = torch.tensor([0, 20, 20, 48], dtype=torch.int32)
 CU_K = torch.tensor([0, 30, 50, 80], dtype=torch.int32)
 
 
-def test_cpu_kernel_refuses_varlen_with_the_library_message():
+def test_cpu_kernel_runs_varlen_as_one_dense_call_per_sequence():
+    # The cpu family tiles each sequence from its first row, as a dense call of that sequence
+    # does: the outputs and LSEs are bitwise equal.
     q, k, v = packed()
-    with pytest.raises(UnsupportedError, match=r"cu_seqlens_q: kernel cpu does not support "
-                                               r"variable length"):
-        flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 28, 30)
-    with pytest.raises(ValueError, match="does not support variable length"):
-        flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 28, 30, causal=True, kernel="cpu")
+    out, lse = flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 28, 30, causal=True, return_lse=True)
+    cq, ck = CU_Q.tolist(), CU_K.tolist()
+    for b in range(3):
+        o, l = flash_attn_func(q[None, cq[b]:cq[b + 1]], k[None, ck[b]:ck[b + 1]],
+                               v[None, ck[b]:ck[b + 1]], causal=True, return_lse=True)
+        assert torch.equal(out[cq[b]:cq[b + 1]], o[0])
+        assert torch.equal(lse[:, cq[b]:cq[b + 1]], l[0])
+
+
+def test_cpu_kernel_checks_host_cu_seqlens():
+    q, k, v = packed()
+    bad = torch.tensor([0, 20, 19, 48], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[2\]: must be >= cu_seqlens_q\[1\]"):
+        flash_attn_varlen_func(q, k, v, bad, CU_K, 29, 30)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k: sequence 0 has 30 tokens, more than "
+                                         r"seqlen_k \(29\)"):
+        flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 28, 29)
 
 
 def test_argument_checks():

@@ -223,8 +223,18 @@ const std::vector<Flag>& flags() {
        "time flashattn::decode: Q query tokens (1..16) against a KV cache of\n"
        "                         --seqlen-k tokens per entry; GB/s of K+V read vs a D2D copy",
        int_field("--decode", &Options::decode_q, 1, 16)},
-      {"--page-size", "N", "decode: paged KV cache with this page size [0: contiguous]",
+      {"--page-size", "N",
+       "decode: paged KV cache with this page size; forward: a --varlen call\n"
+       "                         reading k/v from a paged cache (block_table, shuffled blocks)\n"
+       "                         of this page size [0: contiguous]",
        int_field("--page-size", &Options::page_size, 0, kMaxSeqlen)},
+      {"--varlen", nullptr,
+       "forward: the batch as one variable-length call (cu_seqlens, every\n"
+       "                         sequence seqlen-q x seqlen-k): the baseline of --page-size",
+       [](Options& o, std::string_view) -> std::string {
+         o.varlen = true;
+         return {};
+       }},
       {"--splits", "N", "decode: KV splits [0: the heuristic]",
        int_field("--splits", &Options::num_splits, 0, 128)},
       {"--rotary-dim", "N",
@@ -337,6 +347,15 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   }
   if (opts.bwd && (opts.decode_q > 0 || opts.sweep_decode)) {
     error = "--bwd: decode (--decode, --sweep decode) has no backward";
+    return ParseOutcome::error;
+  }
+  const bool decode_mode = opts.decode_q > 0 || opts.sweep_decode;
+  if (opts.varlen && (opts.bwd || decode_mode)) {
+    error = "--varlen: forward runs only (not with --bwd, --decode or --sweep decode)";
+    return ParseOutcome::error;
+  }
+  if (opts.page_size > 0 && opts.bwd) {
+    error = "--page-size: not with --bwd (a paged call has no backward)";
     return ParseOutcome::error;
   }
   if (opts.rotary_dim > 0 && opts.decode_q == 0 && !opts.sweep_decode) {

@@ -40,7 +40,11 @@ struct Options {
   // Decode mode (tools/bench/decode.cpp): decode_q query tokens (1..16) against a KV cache of
   // seqlen_k tokens per batch entry; 0 = forward mode.
   int decode_q = 0;
-  int page_size = 0;   // decode: 0 contiguous cache, else paged with this page size
+  // Decode: 0 contiguous cache, else paged with this page size. Forward: 0 dense k/v, else a
+  // variable-length call (as --varlen) reading k/v from a paged cache with this page size
+  // (ForwardParams::block_table; blocks in a shuffled order).
+  int page_size = 0;
+  bool varlen = false;  // forward: the batch as one variable-length call (equal cu_seqlens)
   int num_splits = 0;  // decode: 0 lets the heuristic choose
   int rotary_dim = 0;  // decode: rotary embedding of q over this many dims (0: off)
   bool rotary_interleaved = false;  // decode: GPT-J pairs instead of GPT-NeoX halves

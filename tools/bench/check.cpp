@@ -1,6 +1,8 @@
 // --check: one poisoned run on input set 0, compared with the fp64 reference on the host (the
 // output, or in backward mode the gradients).
 #include <algorithm>
+#include <cstring>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,48 @@ Status to_host(std::vector<std::byte>& dst, const Block& src) {
   if (src.bytes() == 0) return Status::success();
   return cuda_status(cudaMemcpy(dst.data(), src.get(), src.bytes(), cudaMemcpyDeviceToHost),
                      "cudaMemcpy to host");
+}
+
+// A varlen workload's host tensors as the dense call the reference checks. Its sequences all have
+// seqlen_q x seqlen_k tokens, so the packed q and o are the dense (batch, seqlen, heads, dim)
+// tensors; a paged k and v are gathered back through the block table, and the (heads, total)
+// LSE is transposed to (batch, heads, seqlen). The vectors hold what `host` then points to.
+void dense_view(const Workspace& ws, ForwardParams& host, std::vector<std::byte>& k,
+                std::vector<std::byte>& v, std::vector<float>& lse) {
+  const Workload& w = ws.workload();
+  host.cu_seqlens_q = host.cu_seqlens_k = nullptr;
+  host.total_q = host.total_k = 0;
+  if (host.lse != nullptr) {
+    lse.resize(static_cast<size_t>(w.batch) * w.heads * w.seqlen_q);
+    const int64_t total_q = int64_t{w.batch} * w.seqlen_q;
+    for (int b = 0; b < w.batch; ++b)
+      for (int h = 0; h < w.heads; ++h)
+        for (int i = 0; i < w.seqlen_q; ++i)
+          lse[(static_cast<size_t>(b) * w.heads + h) * w.seqlen_q + i] =
+              host.lse[h * total_q + int64_t{b} * w.seqlen_q + i];
+    host.lse = lse.data();
+  }
+  if (w.page_size == 0) return;
+  const std::vector<int32_t>& table = ws.block_table_host();
+  const int blocks = ws.blocks_per_sequence();
+  const size_t es = static_cast<size_t>(dtype_size(w.dtype));
+  for (auto [dst, ref, dim] : {std::tuple{&k, &host.k, w.hdim}, {&v, &host.v, w.hdim_v}}) {
+    const size_t row = static_cast<size_t>(w.kv_heads) * dim * es;  // one token's bytes
+    dst->resize(static_cast<size_t>(w.batch) * w.seqlen_k * row);
+    const auto* pages = static_cast<const std::byte*>(ref->data);
+    for (int b = 0; b < w.batch; ++b) {
+      for (int j = 0; j < w.seqlen_k; ++j) {
+        const int64_t block = table[static_cast<size_t>(b) * blocks + j / w.page_size];
+        const int64_t at = block * w.page_size + j % w.page_size;
+        std::memcpy(dst->data() + (static_cast<size_t>(b) * w.seqlen_k + j) * row,
+                    pages + static_cast<size_t>(at) * row, row);
+      }
+    }
+    ref->data = dst->data();
+    set_contiguous_strides(ref->stride, w.seqlen_k, w.kv_heads, dim);
+  }
+  host.block_table = nullptr;
+  host.max_blocks_per_seq = host.num_blocks = host.page_size = 0;
 }
 
 }  // namespace
@@ -56,6 +100,9 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
   }
 
   const Workload& w = ws.workload();
+  std::vector<std::byte> dense_k, dense_v;
+  std::vector<float> dense_lse;
+  if (w.varlen) dense_view(ws, host, dense_k, dense_v, dense_lse);
   const double macs =
       static_cast<double>(w.batch) * w.heads * w.seqlen_q * w.seqlen_k * std::max(w.hdim, w.hdim_v);
   std::vector<reference::RowId> rows;

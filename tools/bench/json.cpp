@@ -57,6 +57,8 @@ std::string record_json(const Record& r) {
   s += ", \"hdim_v\": " + std::to_string(w.hdim_v);
   s += ", \"causal\": " + boolean(w.causal);
   if (w.sinks) s += ", \"sinks\": true";
+  if (w.varlen) s += ", \"varlen\": true";
+  if (w.page_size > 0) s += ", \"page_size\": " + std::to_string(w.page_size);
   s += ", \"softcap\": " + number(w.softcap);
   s += ", \"window\": [" + std::to_string(w.window_left) + ", " + std::to_string(w.window_right) +
        "]";

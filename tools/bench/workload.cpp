@@ -35,6 +35,8 @@ std::vector<Workload> make_workloads(const Options& opts) {
       w.softcap = opts.softcap;
       w.bwd = opts.bwd;
       w.deterministic = opts.deterministic;
+      w.page_size = opts.page_size;
+      w.varlen = opts.varlen || opts.page_size > 0;
       out.push_back(w);
       continue;
     }
@@ -53,6 +55,8 @@ std::vector<Workload> make_workloads(const Options& opts) {
           w.softcap = opts.softcap;
           w.bwd = opts.bwd;
           w.deterministic = opts.deterministic;
+          w.page_size = opts.page_size;
+          w.varlen = opts.varlen || opts.page_size > 0;
           out.push_back(w);
         }
       }
@@ -113,6 +117,11 @@ std::string describe(const Workload& w) {
   if (w.seqlen_k != w.seqlen_q) s.append("x").append(std::to_string(w.seqlen_k));
   if (w.bwd) s.append(w.deterministic ? " bwd(det)" : " bwd");
   if (w.causal) s.append(" causal");
+  if (w.page_size > 0) {
+    s.append(" paged").append(std::to_string(w.page_size));
+  } else if (w.varlen) {
+    s.append(" varlen");
+  }
   if (w.sinks) s.append(" sinks");
   if (w.softcap > 0.f) {
     char cap[32];

@@ -21,6 +21,10 @@ struct Workload {
   bool sinks = false;  // attention sinks: one logit per query head (Workspace draws them)
   float softcap = 0.f;  // ForwardParams::softcap (0: off)
   bool bwd = false;    // time backward() (the forward runs once for o and lse)
+  // A variable-length call: `batch` sequences of seqlen_q x seqlen_k through cu_seqlens; with
+  // page_size > 0, k and v in a paged cache of that page size (ForwardParams::block_table).
+  bool varlen = false;
+  int page_size = 0;
   bool deterministic = false;  // backward: BackwardParams::deterministic
 };
 

@@ -75,8 +75,13 @@ TensorSizes tensor_sizes(const Workload& w) {
   const auto h = static_cast<size_t>(w.heads), hkv = static_cast<size_t>(w.kv_heads);
   TensorSizes s;
   s.q = b * sq * h * static_cast<size_t>(w.hdim) * es;
-  s.k = b * sk * hkv * static_cast<size_t>(w.hdim) * es;
-  s.v = b * sk * hkv * static_cast<size_t>(w.hdim_v) * es;
+  // Paged: batch * blocks_per_sequence blocks of page_size keys.
+  const size_t key_rows =
+      w.page_size > 0 ? b * static_cast<size_t>((w.seqlen_k + w.page_size - 1) / w.page_size) *
+                            static_cast<size_t>(w.page_size)
+                      : b * sk;
+  s.k = key_rows * hkv * static_cast<size_t>(w.hdim) * es;
+  s.v = key_rows * hkv * static_cast<size_t>(w.hdim_v) * es;
   s.o = b * sq * h * static_cast<size_t>(w.hdim_v) * es;
   s.lse = b * h * sq * sizeof(float);
   return s;
@@ -103,6 +108,18 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
         return st;
     }
   }
+
+  if (w.varlen) {
+    const auto ints = static_cast<size_t>(w.batch + 1) * sizeof(int32_t);
+    if (Status st = cu_q_.allocate(memory, ints); !st.ok()) return st;
+    if (Status st = cu_k_.allocate(memory, ints); !st.ok()) return st;
+  }
+  if (w.page_size > 0) {
+    const auto ints = static_cast<size_t>(w.batch) * blocks_per_sequence() * sizeof(int32_t);
+    if (Status st = block_table_.allocate(memory, ints); !st.ok()) return st;
+  }
+  // Filled now: can_implement reads host index arrays (the cpu family) before the inputs are.
+  if (Status st = fill_indices(); !st.ok()) return st;
 
   const size_t bwd_bytes = w.bwd ? 2 * sizes_.o + sizes_.lse : 0;  // dout, o, lse per set
   const size_t set_bytes = std::max<size_t>(sizes_.q + sizes_.k + sizes_.v + bwd_bytes, 1);
@@ -133,6 +150,8 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
 
 namespace {
 
+constexpr uint64_t kBlockOrderSeed = 0x5eedb10c;
+
 // A splitmix64 step: unrelated generator streams per tensor.
 uint64_t mix_seed(uint64_t seed, uint64_t tensor) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * (tensor + 1);
@@ -152,6 +171,41 @@ Status copy(Memory memory, void* dst, const void* src, size_t bytes, cudaMemcpyK
 }
 
 }  // namespace
+
+int Workspace::blocks_per_sequence() const {
+  return w_.page_size > 0 ? std::max((w_.seqlen_k + w_.page_size - 1) / w_.page_size, 1) : 0;
+}
+
+Status Workspace::fill_indices() {
+  const auto upload = [&](Block& dst, const std::vector<int32_t>& src) {
+    if (memory_ == Memory::host) {
+      std::memcpy(dst.get(), src.data(), dst.bytes());
+      return Status::success();
+    }
+    return cuda_status(cudaMemcpy(dst.get(), src.data(), dst.bytes(), cudaMemcpyHostToDevice),
+                       "cudaMemcpy(indices)");
+  };
+  if (w_.varlen) {
+    std::vector<int32_t> cu_q(static_cast<size_t>(w_.batch) + 1), cu_k(cu_q.size());
+    for (size_t b = 0; b < cu_q.size(); ++b) {
+      cu_q[b] = static_cast<int32_t>(b) * w_.seqlen_q;
+      cu_k[b] = static_cast<int32_t>(b) * w_.seqlen_k;
+    }
+    if (Status st = upload(cu_q_, cu_q); !st.ok()) return st;
+    if (Status st = upload(cu_k_, cu_k); !st.ok()) return st;
+  }
+  if (w_.page_size > 0) {
+    // Every block used once, in a shuffled order that is the same in every run (a fixed seed):
+    // timings of separate runs then read the same layout.
+    block_table_host_.resize(static_cast<size_t>(w_.batch) * blocks_per_sequence());
+    for (size_t i = 0; i < block_table_host_.size(); ++i)
+      block_table_host_[i] = static_cast<int32_t>(i);
+    std::shuffle(block_table_host_.begin(), block_table_host_.end(),
+                 std::mt19937_64(kBlockOrderSeed));
+    if (Status st = upload(block_table_, block_table_host_); !st.ok()) return st;
+  }
+  return Status::success();
+}
 
 Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
   if (w_.sinks) {  // one logit per query head in [-4, 4]: around the scores' own range
@@ -269,6 +323,20 @@ ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions
   p.window_right = w_.window_right;
   p.stream = stream;
   p.debug = debug;
+  if (w_.varlen) {  // the dense buffers read as packed (total, heads, dim); LSE (heads, total)
+    p.cu_seqlens_q = static_cast<const int32_t*>(cu_q_.get());
+    p.cu_seqlens_k = static_cast<const int32_t*>(cu_k_.get());
+    p.total_q = w_.batch * w_.seqlen_q;
+    p.total_k = w_.batch * w_.seqlen_k;
+  }
+  if (w_.page_size > 0) {
+    p.block_table = static_cast<const int32_t*>(block_table_.get());
+    p.max_blocks_per_seq = blocks_per_sequence();
+    p.num_blocks = w_.batch * blocks_per_sequence();
+    p.page_size = w_.page_size;
+    set_contiguous_strides(p.k.stride, w_.page_size, w_.kv_heads, w_.hdim);
+    set_contiguous_strides(p.v.stride, w_.page_size, w_.kv_heads, w_.hdim_v);
+  }
   return p;
 }
 

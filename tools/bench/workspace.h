@@ -46,6 +46,8 @@ struct InputSet {
   Block dout, o, lse;  // backward mode only
 };
 
+// With a paged workload, k and v are (batch * blocks_per_sequence, page_size, kv_heads, dim)
+// caches: every sequence's keys in blocks of its own, in a shuffled order.
 struct TensorSizes {  // in bytes
   size_t q = 0, k = 0, v = 0, o = 0, lse = 0;
 };
@@ -86,9 +88,15 @@ class Workspace {
   const Block& dk() const { return dk_; }
   const Block& dv() const { return dv_; }
   const Block& dsinks() const { return dsinks_; }
+  // Paged workloads: block_table (batch, blocks_per_sequence()) as filled, on the host.
+  const std::vector<int32_t>& block_table_host() const { return block_table_host_; }
+  int blocks_per_sequence() const;
   const InputSet& set(int i) const { return sets_[static_cast<size_t>(i)]; }
 
  private:
+  // Varlen and paged workloads: cu_seqlens and the shuffled block table.
+  Status fill_indices();
+
   Workload w_;
   Memory memory_ = Memory::host;
   TensorSizes sizes_;
@@ -96,6 +104,9 @@ class Workspace {
   Block o_, lse_;
   Block sinks_;  // fp32 (heads,), filled by fill_inputs when the workload has sinks
   Block dq_, dk_, dv_, dsinks_;  // backward mode: the gradients (dsinks with sinks)
+  Block cu_q_, cu_k_;            // varlen workloads: cu_seqlens of equal lengths
+  Block block_table_;            // paged workloads: a seeded permutation of the blocks
+  std::vector<int32_t> block_table_host_;
 };
 
 inline constexpr size_t kRotationBytes = size_t{256} << 20;  // > 5x the H100's 50 MB L2

@@ -11,6 +11,10 @@
 //
 // Tiles are copied to contiguous fp32 scratch (K transposed) so that both products are the same
 // small register-blocked GEMM, which the compiler vectorises without -ffast-math.
+//
+// Variable length: sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of the packed
+// tensors (validation checked the host arrays), masked on its own lengths; its work items are
+// the tiles of its own rows, the rest of the grid's items (sized by the longest) return at once.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -146,11 +150,44 @@ void softmax_row(float* s_row, float* o_row, ptrdiff_t dv_pad, float& m, float& 
   m = m_new;
 }
 
-void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
+// One sequence: dense batch b (rows from 0, batch stride b) or packed sequence b (batch stride
+// unused, rows from its first token), with the mask on its own lengths.
+struct Sequence {
+  int batch = 0;  // multiplies stride[0]; 0 for packed sequences
+  int q_begin = 0, k_begin = 0;
+  int len_q = 0;
+  Mask mask;
+  int64_t lse_row0 = 0;  // LSE index of row 0 of head 0; heads lse_head_stride apart
+  int64_t lse_head_stride = 0;
+};
+
+Sequence sequence(const Problem& pr, int b) {
+  Sequence s;
+  s.mask = pr.mask;
+  if (!pr.varlen()) {
+    s.batch = b;
+    s.len_q = pr.seqlen_q;
+    s.lse_row0 = int64_t{b} * pr.heads_q * pr.seqlen_q;  // dense (batch, heads_q, seqlen_q)
+    s.lse_head_stride = pr.seqlen_q;
+    return s;
+  }
+  s.q_begin = pr.cu_seqlens_q[b];
+  s.k_begin = pr.cu_seqlens_k[b];
+  s.len_q = pr.cu_seqlens_q[b + 1] - s.q_begin;
+  s.mask.seqlen_q = s.len_q;  // the window stays; bottom-right aligned on this sequence
+  s.mask.seqlen_k = pr.cu_seqlens_k[b + 1] - s.k_begin;
+  s.lse_row0 = s.q_begin;  // packed (heads_q, total_q)
+  s.lse_head_stride = pr.total_q;
+  return s;
+}
+
+void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratch& ws) {
   const int d = pr.head_dim, dv = pr.head_dim_v;
   const ptrdiff_t dv_pad = ws.dv_pad;
   const int q0 = tile * kTileQ;
-  const int nq = std::min(kTileQ, pr.seqlen_q - q0);
+  const int nq = std::min(kTileQ, seq.len_q - q0);
+  if (nq <= 0) return;  // a tile past this sequence's rows (variable length)
+  const int64_t batch = seq.batch;
   const ptrdiff_t nq_rows = nq;
   const ptrdiff_t mq = round_up(nq, kBlockM);  // rows the GEMMs compute; extra rows are zero Q
   const int kv_head = head / pr.group;
@@ -160,7 +197,8 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
 
   std::fill(ws.q.begin(), ws.q.end(), 0.f);
   const bool softcap = pr.has_softcap();
-  load_rows(qbase + batch * pr.q_stride[0] + q0 * pr.q_stride[1] + head * pr.q_stride[2],
+  load_rows(qbase + batch * pr.q_stride[0] + (seq.q_begin + q0) * pr.q_stride[1] +
+                head * pr.q_stride[2],
             pr.q_stride[1], nq, d, pr.dtype, softcap ? pr.softcap_scale : pr.scale_log2,
             ws.q.data(), d);
   std::fill(ws.o.begin(), ws.o.end(), 0.f);
@@ -168,11 +206,12 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
   std::fill(ws.l.begin(), ws.l.end(), 0.f);
 
   int key_begin = 0, key_end = 0;
-  pr.mask.key_range(q0, q0 + nq, key_begin, key_end);
+  seq.mask.key_range(q0, q0 + nq, key_begin, key_end);
   for (int j0 = key_begin; j0 < key_end; j0 += kTileK) {
     const int nk = std::min(kTileK, key_end - j0);
-    const int64_t k_off = batch * pr.k_stride[0] + j0 * pr.k_stride[1] + kv_head * pr.k_stride[2];
-    const int64_t v_off = batch * pr.v_stride[0] + j0 * pr.v_stride[1] + kv_head * pr.v_stride[2];
+    const int64_t key = seq.k_begin + j0;
+    const int64_t k_off = batch * pr.k_stride[0] + key * pr.k_stride[1] + kv_head * pr.k_stride[2];
+    const int64_t v_off = batch * pr.v_stride[0] + key * pr.v_stride[1] + kv_head * pr.v_stride[2];
 
     // K block, transposed so S = Q·Kᵀ is a row-major GEMM; keys past nk are zero.
     if (nk < kTileK) std::fill(ws.k.begin(), ws.k.end(), 0.f);
@@ -184,7 +223,7 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
     // S = Q·Kᵀ, then -inf wherever the key is past the block or the mask hides it.
     std::fill(ws.s.begin(), ws.s.begin() + mq * kTileK, 0.f);
     gemm_accumulate(ws.q.data(), d, ws.kt.data(), kTileK, ws.s.data(), kTileK, mq, kTileK, d);
-    const bool all_visible = pr.mask.tile_all_visible(q0, q0 + nq, j0, j0 + nk);
+    const bool all_visible = seq.mask.tile_all_visible(q0, q0 + nq, j0, j0 + nk);
     for (int r = 0; r < nq; ++r) {
       float* s_row = ws.s.data() + ptrdiff_t{r} * kTileK;
       if (softcap)
@@ -192,7 +231,7 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
       std::fill(s_row + nk, s_row + kTileK, kNegInf);
       if (!all_visible)
         for (int c = 0; c < nk; ++c)
-          if (!pr.mask.visible(q0 + r, j0 + c)) s_row[c] = kNegInf;
+          if (!seq.mask.visible(q0 + r, j0 + c)) s_row[c] = kNegInf;
       softmax_row(s_row, ws.o.data() + r * dv_pad, dv_pad, ws.m[r], ws.l[r]);
     }
     // GEMM padding rows (nq..mq) get P = 0, so their accumulator rows stay 0.
@@ -216,11 +255,10 @@ void run_tile(const Problem& pr, int batch, int head, int tile, Scratch& ws) {
       lse = n.lse;
     }
     const float* o_row = ws.o.data() + r * dv_pad;
-    const int64_t o_off = batch * pr.o_stride[0] + row * pr.o_stride[1] + head * pr.o_stride[2];
+    const int64_t o_off =
+        batch * pr.o_stride[0] + (seq.q_begin + row) * pr.o_stride[1] + head * pr.o_stride[2];
     for (int c = 0; c < dv; ++c) store_from_float(obase, o_off + c, o_row[c] * inv, pr.dtype);
-    if (pr.lse != nullptr) {
-      pr.lse[(int64_t{batch} * pr.heads_q + head) * pr.seqlen_q + row] = lse;
-    }
+    if (pr.lse != nullptr) pr.lse[seq.lse_row0 + head * seq.lse_head_stride + row] = lse;
   }
 }
 
@@ -238,7 +276,7 @@ Status cpu_forward(const Problem& pr) {
     const int batch = static_cast<int>(i / tiles / pr.heads_q);
     Scratch& ws = scratch[static_cast<size_t>(worker)];
     ws.size_for(pr);
-    run_tile(pr, batch, head, tile, ws);
+    run_tile(pr, sequence(pr, batch), head, tile, ws);
   });
   return Status::success();
 }
