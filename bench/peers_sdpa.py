@@ -21,8 +21,9 @@ the time, peak_mem_mib: the device memory a fresh forward + backward allocates a
 already allocated (torch.cuda.max_memory_allocated; saved activations, outputs, gradients,
 workspace), and ok only when the gradients of that call are finite. The backend `flashattn`
 (default in --bwd) runs flashattn.flash_attn_func on (batch, seqlen, heads, hdim) inputs with
---flashattn-kernel as the forward family; its records are named after the backward family
-(flashattn_fa2; flashattn_fa2_det with --deterministic).
+--flashattn-kernel as the forward family (default auto); its records are named after that
+family's backward (flashattn_auto, flashattn_fa2; _det with --deterministic) and carry
+bwd_kernel, the family the backward ran on (auto: k6 on Hopper at head dims 64/128, else fa2).
 """
 import argparse
 import datetime
@@ -51,8 +52,10 @@ def parse_args(argv):
                    help="comma list of math, cudnn, flash, efficient, flashattn [cudnn,flash,"
                         "efficient,math; with --bwd cudnn,flash,flashattn]")
     p.add_argument("--bwd", action="store_true", help="time the backward (mode 'bwd')")
-    p.add_argument("--flashattn-kernel", default="fa2",
-                   help="flashattn's forward family (the backward runs on it when it has one)")
+    p.add_argument("--flashattn-kernel", default="auto",
+                   help="flashattn's forward family (the backward runs on it when it is a "
+                        "backward family, cpu or fa2, else on auto's choice: k6 on Hopper at head "
+                        "dims 64 and 128, fa2 otherwise; each record's bwd_kernel says which)")
     p.add_argument("--deterministic", action="store_true", help="flashattn's deterministic bwd")
     p.add_argument("--seqlens", type=int_list, default=list(SEQLENS), help="subset of the grid")
     p.add_argument("--hdims", type=int_list, default=list(HDIMS), help="subset of the grid")
@@ -130,6 +133,17 @@ def measure(torch, fn, nsets, iters, warmup):
     return median, times[0], len(times)
 
 
+def bwd_family(torch, kernel, hd):
+    """The family flashattn's backward runs on for a forward on `kernel` (auto's rule:
+    backward_kernel_caps / kBwdSm90HeadDims in the library)."""
+    from flashattn.ops import backward_kernel
+    family = backward_kernel(kernel)
+    if family != "auto":
+        return family
+    hopper = torch.cuda.get_device_capability(0)[0] == 9
+    return "k6" if hopper and hd in (64, 128) else "fa2"
+
+
 def contender(torch, name, args, dtype):
     """(record name, make(batch, heads, seq, hd) -> (q, k, v, dout), attention(q, k, v, causal))
     for an SDPA backend or flashattn; q, k, v require grad in --bwd."""
@@ -142,7 +156,6 @@ def contender(torch, name, args, dtype):
         from flashattn.ops import backward_kernel
 
         family = backward_kernel(args.flashattn_kernel) if args.bwd else args.flashattn_kernel
-        family = "fa2" if family == "auto" else family  # auto's backward on CUDA today
         label = f"flashattn_{family}" + ("_det" if args.bwd and args.deterministic else "")
 
         def make(batch, heads, seq, hd):  # flashattn's layout: (batch, seqlen, heads, hdim)
@@ -226,6 +239,8 @@ def main(argv):
             if args.bwd:
                 rec.update(peak_mem_mib=None, deterministic=bool(args.deterministic
                                                                  and be == "flashattn"))
+                if be == "flashattn":
+                    rec["bwd_kernel"] = bwd_family(torch, args.flashattn_kernel, hd)
             flops = 4.0 * batch * heads * seq * seq * hd / (2 if causal else 1)
             flops *= 2.5 if args.bwd else 1.0
             sets = []

@@ -66,30 +66,6 @@ Status check_shapes(const BackwardParams& p) {
   return Status::success();
 }
 
-// Host cu_seqlens are read by the cpu family as given, and a bad array would index outside the
-// tensors, so their contents are checked (batch + 1 values). GPU families cannot read device
-// arrays without a synchronisation and trust them, as the forward does.
-Status check_cu_seqlens_contents(const char* name, const int32_t* cu, int batch, int total,
-                                 int max_len, const char* total_name, const char* max_name) {
-  const std::string n = name;
-  if (cu[0] != 0) return invalid(n + "[0]: must be 0, got " + str(cu[0]));
-  for (int b = 0; b < batch; ++b) {
-    const int64_t len = int64_t{cu[b + 1]} - cu[b];
-    if (len < 0) {
-      return invalid(n + "[" + str(b + 1) + "]: must be >= " + n + "[" + str(b) +
-                     "] (prefix sums never decrease), got " + str(cu[b + 1]) + " < " + str(cu[b]));
-    }
-    if (len > max_len) {
-      return invalid(n + ": sequence " + str(b) + " has " + str(len) + " tokens, more than " +
-                     max_name + " (" + str(max_len) + ")");
-    }
-  }
-  if (cu[batch] != total) {
-    return invalid(std::string(total_name) + ": must equal " + n + "[batch] (" + str(cu[batch]) +
-                   "), got " + str(total));
-  }
-  return Status::success();
-}
 
 Status check_memory(const BackwardParams& p, Kernel kernel, const KernelCaps& caps) {
   const std::array<TensorArg, 8> tensors = backward_tensors(p);
@@ -136,17 +112,18 @@ Status check_memory(const BackwardParams& p, Kernel kernel, const KernelCaps& ca
   if (Status s = check_placement(where, pointers); !s.ok()) return s;
   if (caps.tma) {  // q, k, v and dout are read by TMA
     const TensorArg read[] = {tensors[0], tensors[1], tensors[2], tensors[4]};
-    if (Status s = check_tma_strides(read, std::string("kernel ") + kernel_name(kernel)); !s.ok()) return s;
+    const std::string who = std::string("kernel ") + kernel_name(kernel);
+    if (Status s = check_tma_strides(read, who); !s.ok()) return s;
   }
 
   if (caps.host && p.cu_seqlens_q != nullptr) {
-    if (Status s = check_cu_seqlens_contents("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
-                                             p.seqlen_q, "total_q", "seqlen_q");
+    if (Status s = check_host_cu_seqlens("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.seqlen_q,
+                                         "seqlen_q", "total_q", p.total_q);
         !s.ok()) {
       return s;
     }
-    return check_cu_seqlens_contents("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.total_k, p.seqlen_k,
-                                     "total_k", "seqlen_k");
+    return check_host_cu_seqlens("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.seqlen_k, "seqlen_k",
+                                 "total_k", p.total_k);
   }
   return Status::success();
 }

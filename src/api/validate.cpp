@@ -97,30 +97,6 @@ Status check_paged_shapes(const ForwardParams& p) {
   return Status::success();
 }
 
-// Host index arrays the cpu family reads as given: a bad entry would index outside the tensors,
-// so their contents are checked (GPU families cannot read device arrays without a
-// synchronisation and trust them: flashattn.h). The messages are the backward's.
-Status check_host_cu_seqlens(const std::string& n, const int32_t* cu, int batch, int max_len,
-                             const char* max_name, const char* total_name, int total) {
-  if (cu[0] != 0) return invalid(n + "[0]: must be 0, got " + str(cu[0]));
-  for (int b = 0; b < batch; ++b) {
-    const int64_t len = int64_t{cu[b + 1]} - cu[b];
-    if (len < 0) {
-      return invalid(n + "[" + str(b + 1) + "]: must be >= " + n + "[" + str(b) +
-                     "] (prefix sums never decrease), got " + str(cu[b + 1]) + " < " + str(cu[b]));
-    }
-    if (len > max_len) {
-      return invalid(n + ": sequence " + str(b) + " has " + str(len) + " tokens, more than " +
-                     max_name + " (" + str(max_len) + ")");
-    }
-  }
-  if (total_name != nullptr && cu[batch] != total) {
-    return invalid(std::string(total_name) + ": must equal " + n + "[batch] (" + str(cu[batch]) +
-                   "), got " + str(total));
-  }
-  return Status::success();
-}
-
 // A host block table: each sequence fits its row, and every block it uses is in range.
 Status check_host_block_table(const ForwardParams& p) {
   const int64_t stride = p.block_table_stride > 0 ? p.block_table_stride : p.max_blocks_per_seq;
@@ -161,6 +137,30 @@ Status check_host_indices(const ForwardParams& p) {
 }
 
 }  // namespace
+
+// Host index arrays the cpu family reads as given: a bad entry would index outside the tensors,
+// so their contents are checked (GPU families cannot read device arrays without a
+// synchronisation and trust them: flashattn.h). Shared with the backward (api/validate.h).
+Status check_host_cu_seqlens(const std::string& n, const int32_t* cu, int batch, int max_len,
+                             const char* max_name, const char* total_name, int total) {
+  if (cu[0] != 0) return invalid(n + "[0]: must be 0, got " + str(cu[0]));
+  for (int b = 0; b < batch; ++b) {
+    const int64_t len = int64_t{cu[b + 1]} - cu[b];
+    if (len < 0) {
+      return invalid(n + "[" + str(b + 1) + "]: must be >= " + n + "[" + str(b) +
+                     "] (prefix sums never decrease), got " + str(cu[b + 1]) + " < " + str(cu[b]));
+    }
+    if (len > max_len) {
+      return invalid(n + ": sequence " + str(b) + " has " + str(len) + " tokens, more than " +
+                     max_name + " (" + str(max_len) + ")");
+    }
+  }
+  if (total_name != nullptr && cu[batch] != total) {
+    return invalid(std::string(total_name) + ": must equal " + n + "[batch] (" + str(cu[batch]) +
+                   "), got " + str(total));
+  }
+  return Status::success();
+}
 
 Status check_attention_shapes(const ForwardParams& p) {
   if (!dtype_has_kernel(p.dtype) && !dtype_is_fp8(p.dtype)) {

@@ -166,7 +166,12 @@ Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const cha
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   Workspace ws;
   ws.rows = p.varlen() ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
-  ws.m_blocks = (p.seqlen_q + kMinBlockM - 1) / kMinBlockM;  // enough for every kBlockM
+  // Semaphore slots per sequence: one per kMinBlockM rows, rounded up to whole 2·kMinBlockM
+  // blocks, so that a 64-row query block owns two (k6: one per MMA warpgroup) even where
+  // seqlen_q / 32 rounds up to an odd count (sized by the 32-row count alone, the last block's
+  // second slot was the next (head, sequence)'s first: k6's deterministic mode hung at
+  // seqlen_q 200).
+  ws.m_blocks = (p.seqlen_q + 2 * kMinBlockM - 1) / (2 * kMinBlockM) * 2;
   const int64_t cells = static_cast<int64_t>(p.heads_q) * ws.rows;
   const int64_t sems =
       bp.deterministic ? static_cast<int64_t>(p.heads_q) * p.batch * ws.m_blocks : 0;

@@ -20,11 +20,12 @@ struct Workspace {
   float* dsum = nullptr;      // (heads_q, rows): D = rowsum(dO ∘ O)
   int* sems = nullptr;        // (heads_q, batch, m_blocks), deterministic mode only, zeroed
   int64_t rows = 0;
-  int m_blocks = 0;  // query blocks of kMinBlockM rows per sequence (sizes sems)
+  int m_blocks = 0;  // semaphore slots per sequence: 2 per 2·kMinBlockM rows (stages.cu)
 };
 
-// The smallest query block of any main kernel: the semaphores are one per kMinBlockM rows, so a
-// kernel with kBlockM = j·kMinBlockM owns j consecutive semaphores per query block.
+// The smallest query block of any main kernel: the semaphores are one per kMinBlockM rows (their
+// count rounded up to an even one), so a kernel with kBlockM = j·kMinBlockM owns j consecutive
+// semaphores per query block.
 inline constexpr int kMinBlockM = 32;
 
 using MainKernel = Status (*)(const BackwardProblem&, const Workspace&);

@@ -31,6 +31,17 @@ __device__ __forceinline__ int add_order(const Mask& mask, int n, int m) {
   return order;
 }
 
+// How many key blocks after n touch query block m (which n touches): key block n's turn at m's
+// semaphore when the adds go in descending key-block order. O(1): under a band mask the key
+// blocks that touch a query block are contiguous (consecutive rows' key ranges shift by one, and
+// a query block's last row always sees a key, since only rows at a sequence's start can see
+// none), so they are n + 1 .. the block of the last row's last key.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int add_order_descending(const Mask& mask, int n, int m) {
+  const int last_row = min((m + 1) * kBlockM, mask.seqlen_q) - 1;
+  return (mask.key_end(last_row) - 1) / kBlockN - n;
+}
+
 __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

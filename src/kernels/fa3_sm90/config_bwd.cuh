@@ -3,9 +3,9 @@
 // three tiled wgmma's and the TMA types. Reuses the forward's K-major atoms (config.cuh).
 //
 // A block owns kBlockN = 128 keys; each of its two MMA warpgroups owns 64 of them in S, dP, dV
-// and dK, and half of dQ: for head dim 128 the warpgroup's 64 columns of dQ over all 128 keys
-// (dS from both warpgroups), for head dim 64 (32 columns would split a 128-byte swizzle atom of
-// K) all 64 columns over its own 64 keys, the two halves then both added into the accumulator.
+// and dK, and half of dQ's columns over all 128 keys (dS from both warpgroups). K's swizzle atom
+// spans half a row, so that half of K's columns is a whole number of atoms (the N-major B
+// operand of dQ = dS·K): 128-byte at head dim 128, 64-byte at 64.
 #pragma once
 
 #include <cutlass/numeric_types.h>
@@ -33,21 +33,25 @@ struct ConfigBwd {
   static constexpr int kMmaThreads = 128 * kMmaWarpGroups;
   static constexpr int kThreads = 128 + kMmaThreads;        // producer warpgroup first
   static constexpr int kKeysWG = kBlockN / kMmaWarpGroups;  // 64
-  // 24 + 2 x 240 fits too, but the dQ writer warp (warp 1 of the producer warpgroup) spilled at
-  // 24; 32 + 2 x 240 = 512 per thread index, the register file exactly.
-  static constexpr int kProducerRegs = 32;
+  // setmaxnreg moves registers within what the launch gave the block (168 per thread at 384
+  // threads: 64512), so producer x 128 + consumers x 256 must stay within it: 24 + 2 x 240 is
+  // exact. (A 32-register producer with 240-register consumers hung the kernel: their
+  // setmaxnreg.inc waited forever for registers the block never had.)
+  static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
-  // dQ's split between the warpgroups (see the top).
-  static constexpr bool kDqSplitKeys = (kHeadDim / kMmaWarpGroups) % 64 != 0;
-  static constexpr int kDqN = kDqSplitKeys ? kHeadDim : kHeadDim / kMmaWarpGroups;  // columns
-  static constexpr int kDqK = kDqSplitKeys ? kKeysWG : kBlockN;                     // keys
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kMmaThreads <=
+                    (65536 / kThreads) / 8 * 8 * kThreads,
+                "setmaxnreg cannot hand out more registers than the launch gave the block");
+  // dQ's split between the warpgroups: kDqN columns each, over all kBlockN keys.
+  static constexpr int kDqN = kHeadDim / kMmaWarpGroups;
 
   using AtomD = SmemAtomK<Element, kHeadDim>;  // rows of kHeadDim (128-byte swizzle)
+  using AtomK = SmemAtomK<Element, kDqN>;      // K and V: an atom spans half a row (see the top)
   using Atom64 = SmemAtomK<Element, 64>;
   // Q and dO: (rows, dim, stage); K, V: (keys, dim).
   using SmemLayoutQ =
       decltype(tile_to_shape(AtomD{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  using SmemLayoutK = decltype(tile_to_shape(AtomD{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutK = decltype(tile_to_shape(AtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // Q (and dO) read as the N-major B operand of dK = dSᵀ·Q (dV = Pᵀ·dO): (dim, row, stage).
   using SmemLayoutQt = decltype(composition(
       SmemLayoutQ{},
@@ -60,15 +64,12 @@ struct ConfigBwd {
   // A warpgroup's P (dS) read as the M-major A operand of dV = Pᵀ·dO: (key, row).
   using SmemLayoutPWGt = decltype(composition(
       SmemLayoutPWG{}, make_ordered_layout(Shape<Int<kKeysWG>, Int<kBlockM>>{}, Step<_2, _1>{})));
-  // The A operand of dQ = dS·K: all of dS (columns split) or the warpgroup's half (keys split).
-  using SmemLayoutDsDq = std::conditional_t<kDqSplitKeys, SmemLayoutPWG, SmemLayoutP>;
-  // The B operand of dQ = dS·K: kDqK keys x kDqN columns of K, read N-major: (col, key). K's
-  // layout puts a 64-column block of all kBlockN keys contiguously (columns split: block w) and,
-  // within it, 64 keys contiguously (keys split: rows [64w, 64w + 64)).
-  using SmemLayoutKDq = decltype(tile_to_shape(AtomD{}, Shape<Int<kDqK>, Int<kDqN>>{}));
+  // The B operand of dQ = dS·K: all kBlockN keys x kDqN columns of K, read N-major: (col, key).
+  // K's layout puts a kDqN-column block of all keys contiguously (block w at w·kBlockN·kDqN).
+  using SmemLayoutKDq = decltype(tile_to_shape(AtomK{}, Shape<Int<kBlockN>, Int<kDqN>>{}));
   using SmemLayoutKDqt = decltype(composition(
-      SmemLayoutKDq{}, make_ordered_layout(Shape<Int<kDqN>, Int<kDqK>>{}, Step<_2, _1>{})));
-  static constexpr int kKDqOffset = kDqSplitKeys ? kKeysWG * kHeadDim : kBlockN * kDqN;  // per wg
+      SmemLayoutKDq{}, make_ordered_layout(Shape<Int<kDqN>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  static constexpr int kKDqOffset = kBlockN * kDqN;  // per warpgroup
   // dQ's fp32 staging: one (64, kDqN) buffer per warpgroup, 128-byte swizzled (32 floats per
   // atom row), the box of its TMA reduce-add.
   using SmemLayoutDq =
@@ -81,9 +82,9 @@ struct ConfigBwd {
   using TiledMmaDkv = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<Int<kKeysWG>, Int<kHeadDim>, _64>,
                            GMMA::Major::MN, GMMA::Major::MN>()));
-  // dQ_w = dS·K: (64 rows, kDqN columns, kDqK keys); A K-major, B N-major.
+  // dQ_w = dS·K: (64 rows, kDqN columns, kBlockN keys); A K-major, B N-major.
   using TiledMmaDq = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqN>, Int<kDqK>>,
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqN>, Int<kBlockN>>,
                            GMMA::Major::K, GMMA::Major::MN>()));
 
   using TileQ = decltype(product_each(shape(take<0, 2>(SmemLayoutQ{}))));
@@ -110,6 +111,12 @@ struct ConfigBwd {
     alignas(1024) cute::array_aligned<float, kMmaWarpGroups * cosize_v<SmemLayoutDq>> dq;
     alignas(16) uint64_t kv_full;                  // K and V landed (TMA transaction barrier)
     typename PipelineQ::SharedStorage pipeline_q;  // Q and dO of one step, one barrier
+    // Deterministic mode, per MMA warpgroup: the semaphore (null: none) and turn of its last
+    // reduce-add, passed on once the add completed (kernel_bwd_sm90.cuh). In shared memory: held
+    // across the walk in registers, they spilled.
+    int* dq_sem[kMmaWarpGroups];
+    int dq_turn[kMmaWarpGroups];
+    int dq_next_turn[kMmaWarpGroups];  // this step's turn, worked out at the step's start
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");

@@ -2,27 +2,28 @@
 // after it). One block of three warpgroups owns kBlockN = 128 keys of one KV head of one
 // sequence and walks every query block (64 rows) of every query head of its group that sees one
 // of its keys:
-//   warpgroup 0 (24 registers): warp 0's first thread loads K and V once, then streams Q and dO
-//       of each step into a two-stage ring (one transaction barrier per stage); warp 1 is the dQ
-//       writer: it issues the TMA reduce-add of each MMA warpgroup's staged dQ (and, in
-//       deterministic mode, waits for its turn first), so the MMA warpgroups never wait on the
-//       accumulator;
+//   warpgroup 0, the producer (24 registers): one thread loads K and V once, then streams Q and
+//       dO of each step into a two-stage ring (one transaction barrier per stage);
 //   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys, per step:
-//       S = Q·K_wᵀ and dP = dO·V_wᵀ issued as two batches;
-//       once S lands: P = exp2(S·scale·log2e − LSE·log2e) → shared memory, dV_w += P_wᵀ·dO
-//           issued (runs while dS is computed);
-//       once dP lands: dS = P ∘ (dP − D) (softcap: ·(1 − t²)) → shared memory (double-buffered:
-//           the other warpgroup may still read the last step's), dK_w += dS_wᵀ·Q and
-//           dQ_w = dS·K issued;
-//       dQ_w → fp32 staging buffer → handed to the writer.
+//       S = Q·K_wᵀ and dP = dO·V_wᵀ (two wgmma batches), then dP − D (softcap: ·(1 − t²)) and
+//       P = exp2(S·scale·log2e − LSE·log2e) → shared memory, dV_w += P_wᵀ·dO issued, and under
+//       it dS = P ∘ (dP − D) → shared memory (double-buffered: the other warpgroup may still
+//       read the last step's); dK_w += dS_wᵀ·Q and dQ_w = dS·K issued together;
+//       dQ_w → fp32 staging buffer → one TMA reduce-add into the fp32 accumulator, issued by
+//           the warpgroup's first thread.
 //   dV and dK stay in registers across the walk (GQA: summed over the group's heads in a fixed
 //   order) and are written once at the end.
-// Deterministic mode: the reduce-adds into one (head, query block) of the accumulator happen in a
-// fixed order — key blocks ascending (and, where both warpgroups add into the same columns, d 64,
-// warpgroup 0 first) — the writer waiting on a per-tile semaphore for its turn; the walk goes down
-// the query blocks (as the fa2 backward does, kernels/fa2_bwd_sm80/kernel.cuh, which explains
-// why). A writer only waits on blocks of lower blockIdx.x, dispatched before it, so the waits
-// cannot deadlock.
+// Deterministic mode: the reduce-adds into one (head, query block, half of the columns) of the
+// accumulator happen in a fixed order, key blocks descending, each warpgroup waiting on that
+// tile's semaphore for its turn and passing it on once its add completed — at its next step's dQ
+// (a step later, so the completion's latency is not waited for in line) or after the walk. Why
+// descending, with the walk going up the query blocks: under a causal mask key block n + 1's walk
+// starts two query blocks after n's, so it reaches every query block two steps before n does,
+// and n finds its turn already come (ascending order with a downward walk, as the fa2 backward
+// does, has all key blocks reach a query block at the same step, and each then trails the one
+// before it by the hand-over: a skew that grows with n). The key blocks are dispatched last
+// first (blockIdx.x 0 is the last key block), so a warpgroup only waits on blocks of lower
+// blockIdx.x, dispatched before it, which never wait on it: the waits cannot deadlock.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -45,12 +46,10 @@ namespace flashattn::fa3 {
 
 // Named barrier ids of the backward kernel (0 is __syncthreads).
 enum BwdBarrier : int {
-  kBwdDsReady = 1,     // both halves of this step's dS are in shared memory (256 threads)
-  kBwdPWG0 = 2,        // + w: warpgroup w's P is in shared memory (128)
-  kBwdDqFullWG0 = 4,   // + w: warpgroup w's dQ is staged (128 arrive, the writer warp syncs)
-  kBwdDqEmptyWG0 = 6,  // + w: the writer has read it (the writer arrives, 128 sync)
+  kBwdDsReady = 1,  // both halves of this step's dS are in shared memory (256 threads)
+  kBwdPWG0 = 2,     // + w: warpgroup w's P is in shared memory (128)
+  kBwdDqWG0 = 4,    // + w: warpgroup w's dQ staging buffer is free / written (128)
 };
-inline constexpr int kBwdDqHandoff = 128 + 32;  // an MMA warpgroup and the writer warp
 
 // Two floats rounded to the element type (nearest even) and packed low, high.
 template <class Element>
@@ -77,76 +76,14 @@ __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
-// The dQ writer (warp 1 of the producer warpgroup): per step, for each MMA warpgroup, waits
-// until its dQ is staged, issues the TMA reduce-add of it into the accumulator and, once the TMA
-// has read the buffer, hands it back. Deterministic mode first waits on the tile's semaphore for
-// this key block's turn (the key blocks before it that touch the tile have added), and after the
-// adds complete passes the turn on: one semaphore per warpgroup where the two add into different
-// columns (d 128), one shared (warpgroup 0, its adds completed, then 1) where they add into the
-// same (d 64).
-template <class C, class StepAt>
-__device__ __forceinline__ void dq_writer(const ParamsBwd<C>& params, typename C::SharedStorage& ss,
-                                          int steps, const StepAt& step_at, const Mask& mask,
-                                          int n_block, int b, int batch_index, int token_q) {
-  constexpr int kBlockM = C::kBlockM, kW = C::kMmaWarpGroups;
-  const BackwardProblem& bp = params.bp;
-  const bool lane0 = threadIdx.x % 32 == 0;
-  // The staging buffers start free.
-#pragma unroll
-  for (int w = 0; w < kW; ++w) named_barrier_arrive(kBwdDqEmptyWG0 + w, kBwdDqHandoff);
-  Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
-  for (int i = 0; i < steps; ++i) {
-    int h, m;
-    step_at(i, h, m);
-    int* sem = nullptr;
-    int turn = 0;
-    if (bp.deterministic) {
-      sem = params.ws.sems + (static_cast<int64_t>(h) * bp.fwd.batch + b) * params.ws.m_blocks +
-            m * (kBlockM / bwd::kMinBlockM);
-      turn = bwd::add_order<kBlockM, C::kBlockN>(mask, n_block, m);
-    }
-#pragma unroll
-    for (int w = 0; w < kW; ++w) {
-      named_barrier_sync(kBwdDqFullWG0 + w, kBwdDqHandoff);
-      if (lane0) {
-        int* my_sem = C::kDqSplitKeys ? sem : sem + w;
-        if (bp.deterministic && (w == 0 || !C::kDqSplitKeys)) {
-          while (bwd::load_acquire(my_sem) != turn) {
-          }
-          fence_proxy_async_global();
-        }
-        Tensor sdQw =
-            make_tensor(make_smem_ptr(ss.dq.data() + w * cosize_v<typename C::SmemLayoutDq>),
-                        typename C::SmemLayoutDq{});
-        Tensor gdQ = local_tile(
-            domain_offset(make_coord(token_q + m * kBlockM, _0{}), mdQ(_, _, h, batch_index)),
-            Shape<_64, Int<C::kDqN>>{}, make_coord(_0{}, C::kDqSplitKeys ? 0 : w));
-        auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
-                                              group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
-        copy(params.tma_dq, dq_src, dq_dst);
-        tma_store_arrive();
-        // Same columns: warpgroup 0's adds complete before warpgroup 1's are issued.
-        if (bp.deterministic && C::kDqSplitKeys && w + 1 < kW) bulk_wait_all();
-      }
-    }
-    if (lane0) tma_store_wait<0>();  // both buffers read
-    __syncwarp();
-    if (i + 1 < steps) {
-#pragma unroll
-      for (int w = 0; w < kW; ++w) named_barrier_arrive(kBwdDqEmptyWG0 + w, kBwdDqHandoff);
-    }
-    if (bp.deterministic && lane0) {
-      bulk_wait_all();  // the adds are done, not only read from shared memory
-      fence_proxy_async_global();
-      if (C::kDqSplitKeys) {
-        bwd::store_release(sem, turn + 1);
-      } else {
-#pragma unroll
-        for (int w = 0; w < kW; ++w) bwd::store_release(sem + w, turn + 1);
-      }
-    }
-    __syncwarp();
-  }
+// Deterministic mode: once this block's last reduce-add into a tile has completed (not only read
+// shared memory), the next key block's turn. No-op without one pending.
+__device__ __forceinline__ void release_turn(int*& sem, int turn) {
+  if (sem == nullptr) return;
+  bulk_wait_all();
+  fence_proxy_async_global();
+  bwd::store_release(sem, turn + 1);
+  sem = nullptr;
 }
 
 // Grid (key blocks, heads_kv, batch).
@@ -165,7 +102,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   const BackwardProblem& bp = params.bp;
   const Problem& p = bp.fwd;
 
-  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  // Deterministic mode dispatches the key blocks last first (see the top).
+  const int n_block = bp.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int h_kv = blockIdx.y, b = blockIdx.z;
   const SequenceView seq_kv = sequence_view(p, b, h_kv * p.group, h_kv);
   const int key0 = n_block * kBlockN;
   if (key0 >= seq_kv.len_k) return;  // varlen: this sequence is shorter than the longest
@@ -182,7 +121,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   auto step_at = [&](int i, int& h, int& m) {
     const int gi = i / steps_per_head, j = i - gi * steps_per_head;
     h = h_kv * p.group + gi;
-    m = bp.deterministic ? m_hi - 1 - j : m_lo + j;
+    m = m_lo + j;
   };
 
   const int warp_group = threadIdx.x / 128;
@@ -210,11 +149,6 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (warp_group == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
-    if (threadIdx.x / 32 == 1) {  // the dQ writer
-      if (steps > 0)
-        dq_writer<C>(params, ss, steps, step_at, mask, n_block, b, batch_index, seq_kv.token_q);
-      return;
-    }
     if (threadIdx.x != 0 || steps == 0) return;
     Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
     Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
@@ -299,11 +233,17 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(seq_kv.token_q)
                                                      : static_cast<int64_t>(b) * p.seqlen_q;
   const bool softcap = p.has_softcap();
+  // Deterministic: the semaphore and turn of the last reduce-add, passed on once it completed
+  // (at the next step's dQ, or after the walk), so that its latency is not waited for in line.
+  if (wtid == 0) ss.dq_sem[wg] = nullptr;
   PipelineState state;
   if (steps > 0) Barrier::wait(&ss.kv_full, 0);
   for (int i = 0; i < steps; ++i, ++state) {
     int h, m;
     step_at(i, h, m);
+    if (bp.deterministic && wtid == 0) {  // here, where few registers are live
+      ss.dq_next_turn[wg] = bwd::add_order_descending<kBlockM, kBlockN>(mask, n_block, m);
+    }
     const int row0 = m * kBlockM;
     // The forward's LSE (log2 units) and D of this thread's two rows; rows past the sequence
     // get LSE = +inf (P = 0) and D = 0, so they contribute nothing.
@@ -323,14 +263,14 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
     wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
+    warpgroup_wait<0>();  // S and dP landed
+    warpgroup_fence_operand(tSrS);
+    warpgroup_fence_operand(tdPrdP);
+    // dP − D now (D's registers free before P), and with softcap — the logit softcap·t,
+    // t = tanh(q·k·softcap_scale) — dS's factor 1 − t² with it.
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
     if (softcap) {
-      // The logit is softcap·t, t = tanh(q·k·softcap_scale), and dS gains 1 − t²: that factor
-      // goes into dP − D here, so dP is waited for with S (no registers for t beside P).
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);
-      warpgroup_fence_operand(tdPrdP);
 #pragma unroll
       for (int r = 0; r < size<0>(s); ++r)
 #pragma unroll
@@ -340,8 +280,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           dp(r, j) = (dp(r, j) - dsum[r]) * fmaf(-t, t, 1.f);
         }
     } else {
-      warpgroup_wait<1>();  // S landed; dP still running (P is computed under it)
-      warpgroup_fence_operand(tSrS);
+#pragma unroll
+      for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+        for (int j = 0; j < size<1>(s); ++j) dp(r, j) -= dsum[r];
     }
     const bool full =
         key_wg + kKeysWG <= seq_kv.len_k &&
@@ -357,14 +299,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     named_barrier_sync(kBwdPWG0 + wg, 128);
     wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt(_, _, _, st), tdVrdV);  // under dS's math
 
-    warpgroup_wait<1>();  // dP landed (softcap: already); dV still running
-    warpgroup_fence_operand(tdPrdP);
 #pragma unroll
-    for (int r = 0; r < size<0>(s); ++r)
-#pragma unroll
-      for (int j = 0; j < size<1>(s); ++j) {
-        dp(r, j) = s(r, j) * (softcap ? dp(r, j) : dp(r, j) - dsum[r]);
-      }
+    for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D), dV running
     // dS into this step's buffer: the other warpgroup read the other buffer last step, and
     // this one two steps ago (behind the last kBwdDsReady).
     Element* ds_buf = ss.ds.data() + (i & 1) * kBlockM * kBlockN;
@@ -376,8 +312,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
     Tensor tdKrdSt = thr_dkv.partition_fragment_A(
         make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWGt{}));
-    Tensor tdQrdS = thr_dq.partition_fragment_A(
-        make_tensor(make_smem_ptr(C::kDqSplitKeys ? ds_wg : ds_buf), typename C::SmemLayoutDsDq{}));
+    Tensor tdQrdS =
+        thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ds_buf), typename C::SmemLayoutP{}));
     Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<_64, Int<C::kDqN>>{});
     wgmma<false, -1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), tdKrdK);
     wgmma<true, 0>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
@@ -385,12 +321,41 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     warpgroup_fence_operand(tdKrdK);
     pipe.consumer_release(state);  // Q and dO of this step are read
 
-    // dQ_w to the writer through the fp32 staging buffer.
-    named_barrier_sync(kBwdDqEmptyWG0 + wg, kBwdDqHandoff);
+    // dQ_w: staged as fp32, then one TMA reduce-add (rows past the sequence add zeros; past the
+    // tensor they are clipped).
+    if (wtid == 0) {
+      tma_store_wait<0>();  // the previous reduce-add has read the buffer
+      release_turn(ss.dq_sem[wg], ss.dq_turn[wg]);
+    }
+    named_barrier_sync(kBwdDqWG0 + wg, 128);
 #pragma unroll
     for (int e = 0; e < size(tdQrdQ); ++e) tdQsdQ(e) = tdQrdQ(e);
     tma_store_fence();  // the writes, visible to the TMA unit
-    named_barrier_arrive(kBwdDqFullWG0 + wg, kBwdDqHandoff);
+    named_barrier_sync(kBwdDqWG0 + wg, 128);
+    if (wtid == 0) {
+      if (bp.deterministic) {  // this key block's turn at the tile (see the top)
+        int* sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + b) * params.ws.m_blocks +
+                   m * (kBlockM / bwd::kMinBlockM) + wg;
+        const int turn = ss.dq_next_turn[wg];
+        while (bwd::load_acquire(sem) != turn) {
+        }
+        fence_proxy_async_global();
+        ss.dq_sem[wg] = sem;
+        ss.dq_turn[wg] = turn;
+      }
+      Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
+      Tensor gdQ = local_tile(
+          domain_offset(make_coord(seq_kv.token_q + row0, _0{}), mdQ(_, _, h, batch_index)),
+          Shape<_64, Int<C::kDqN>>{}, make_coord(_0{}, wg));
+      auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
+                                            group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
+      copy(params.tma_dq, dq_src, dq_dst);
+      tma_store_arrive();
+    }
+  }
+  if (wtid == 0) {
+    tma_store_wait<0>();  // shared memory stays until the last reduce-add read it
+    release_turn(ss.dq_sem[wg], ss.dq_turn[wg]);
   }
 
   // dK (scaled: S was scale·Q·Kᵀ) and dV, the warpgroup's keys that exist.

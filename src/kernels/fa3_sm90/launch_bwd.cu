@@ -7,6 +7,7 @@
 
 #include "common/head_dims.h"
 #include "kernels/bwd_stages/stages.h"
+#include "kernels/fa2_bwd_sm80/entry.h"
 #include "kernels/fa3_sm90/entry.h"
 
 namespace flashattn::fa3 {
@@ -20,6 +21,9 @@ namespace flashattn {
 
 Status k6_backward(const BackwardProblem& bp) {
   const Problem& p = bp.fwd;
+  // No query rows at all: nothing to stream, and q's TMA descriptor would have no extent; fa2's
+  // backward writes the zero dK, dV (and dsinks) such a call asks for.
+  if ((p.cu_seqlens_q != nullptr ? p.total_q : p.seqlen_q) == 0) return fa2_backward(bp);
   return dispatch<kBwdSm90HeadDims>(
       "kernel k6 backward", p.dtype, p.head_dim, p.head_dim_v, [&](auto dtype, auto dims) {
         using Element = std::conditional_t<decltype(dtype)::value == DType::bf16,
