@@ -37,21 +37,10 @@ for page in 0 1; do
     --iters 30 "${mode[@]}" --json "$tmp/$(printf %03d $i)_k6_page1_check_page${page}_r1.json" \
     | grep -E '^k6' | sed "s/^/[page$page] /"
 done
-python3 - "$tmp" "$out" <<'PY'
-import json, os, sys
-tmp, out = sys.argv[1:]
-merged = None
-for f in sorted(os.listdir(tmp)):
-    r = json.load(open(os.path.join(tmp, f)))
-    for rec in r["records"]:
-        rec["label"] = f[4:-5]
-    if merged is None:
-        merged = r
-    else:
-        merged["records"] += r["records"]
-merged["command"] = "scripts/paged_cost.sh"
-json.dump(merged, open(out, "w"), indent=1)
-print("records", len(merged["records"]))
+python3 "$(dirname "$0")/merge_records.py" "$tmp" "$out" scripts/paged_cost.sh
+python3 - "$out" <<'PY'
+import json, sys
+merged = json.load(open(sys.argv[1]))
 # Paged over contiguous, per label and repetition.
 import re
 ms = {rec["label"]: rec["ms"] for rec in merged["records"]}

@@ -23,19 +23,4 @@ run k6_d128_s1k --kernel k6 --batch 16 --heads 16 --seqlen 1024 --hdim 128 --ite
 run fa2_d128_s8k --kernel fa2 --batch 2 --heads 16 --seqlen 8192 --hdim 128 --iters 30
 run fa2bwd_d128_s8k_causal --bwd --kernel fa2 --batch 2 --heads 16 --seqlen 8192 --hdim 128 --causal --iters 20
 run decode_b1_16k --decode 1 --batch 1 --heads 32 --kv-heads 8 --seqlen-k 16384 --hdim 128 --page-size 16 --iters 30
-python3 - "$tmp" "$out" <<'PY'
-import json, os, sys
-tmp, out = sys.argv[1:]
-merged = None
-for f in sorted(os.listdir(tmp)):
-    r = json.load(open(os.path.join(tmp, f)))
-    for rec in r["records"]:
-        rec["label"] = f[4:-5]
-    if merged is None:
-        merged = r
-    else:
-        merged["records"] += r["records"]
-merged["command"] = "scripts/softcap_cost.sh"
-json.dump(merged, open(out, "w"), indent=1)
-print("records", len(merged["records"]))
-PY
+python3 "$(dirname "$0")/merge_records.py" "$tmp" "$out" scripts/softcap_cost.sh
