@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/tanh_poly.h"
+
 namespace flashattn {
 
 // One 16-bit element (raw bits) of type Element as a float.
@@ -31,15 +33,30 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-// tanh(x) for soft-capping's t = tanh(q·k · softcap_scale), as 1 − 2 / (2^(2x·log2 e) + 1):
-// two SFU ops (EX2, RCP) and an absolute error of a few 2^-23. The one-op tanh.approx.f32 is off
-// by up to 2^-11 relative, which soft-capping multiplies by softcap: 0.025 logits at softcap 50,
-// a 2.5% error in P, six times bf16's rounding. Saturates to ±1 for large |x|.
+// tanh(x) for soft-capping's t = tanh(q·k · softcap_scale). Which form is a compile-time
+// ablation (-DFLASHATTN_SOFTCAP_TANH=N; docs/PERF.md "Options' cost" has the measurements):
+//   0 (default): 1 − 2/(2^(2x·log2 e) + 1), EX2 + RCP, absolute error a few 2^-23;
+//   1: tanh_poly.h, EX2 + seven FMAs, absolute error < 3e-6 (one SFU op fewer, yet slower on K6:
+//      the soft-capped softmax of a ping-pong warpgroup is bound by its issue, not by MUFU alone);
+//   2: tanh.approx.f32, one MUFU op, off by up to 2^-11 relative, which soft-capping multiplies by
+//      softcap: 0.025 logits at softcap 50, a 2.5% error in P, six times bf16's rounding. It fails
+//      the accuracy rule and is never shipped; it measures the cheapest tanh there is.
+#ifndef FLASHATTN_SOFTCAP_TANH
+#define FLASHATTN_SOFTCAP_TANH 0
+#endif
 __device__ __forceinline__ float tanh_accurate(float x) {
+#if FLASHATTN_SOFTCAP_TANH == 1
+  return tanh_poly(x);
+#elif FLASHATTN_SOFTCAP_TANH == 2
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
+  return t;
+#else
   float e, r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * 2.885390081777927f));  // 2·log2(e)
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.f));
   return fmaf(-2.f, r, 1.f);
+#endif
 }
 
 // 2^x on the SFU. Exact +0 for -inf, which the -inf-safe online softmax relies on.
