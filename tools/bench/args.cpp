@@ -235,6 +235,14 @@ const std::vector<Flag>& flags() {
          o.varlen = true;
          return {};
        }},
+      {"--graph", nullptr,
+       "decode: time replays of one CUDA graph holding 8 rounds over the input\n"
+       "                         sets (serving's way; records say timing \"cuda_graph\") instead of\n"
+       "                         each call between CUDA events",
+       [](Options& o, std::string_view) -> std::string {
+         o.graph = true;
+         return {};
+       }},
       {"--splits", "N", "decode: KV splits [0: the heuristic]",
        int_field("--splits", &Options::num_splits, 0, 128)},
       {"--rotary-dim", "N",
@@ -360,6 +368,10 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   }
   if (opts.rotary_dim > 0 && opts.decode_q == 0 && !opts.sweep_decode) {
     error = "--rotary-dim: only with --decode or --sweep decode (rotary is a decode option)";
+    return ParseOutcome::error;
+  }
+  if (opts.graph && !decode_mode) {
+    error = "--graph: only with --decode or --sweep decode (graph timing is for decode steps)";
     return ParseOutcome::error;
   }
   if (opts.rotary_interleaved && opts.rotary_dim == 0) {

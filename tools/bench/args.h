@@ -49,6 +49,7 @@ struct Options {
   int rotary_dim = 0;  // decode: rotary embedding of q over this many dims (0: off)
   bool rotary_interleaved = false;  // decode: GPT-J pairs instead of GPT-NeoX halves
   bool sweep_decode = false;
+  bool graph = false;  // decode: time CUDA-graph replays (per call: replay time / calls held)
   // Backward mode (--bwd): the forward runs once for o and lse, then backward() is timed.
   bool bwd = false;
   bool deterministic = false;  // --deterministic: BackwardParams::deterministic

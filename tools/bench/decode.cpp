@@ -19,6 +19,7 @@ struct DecodeWorkload {
   int num_splits = 0;
   int rotary_dim = 0;  // rotary embedding of q (0: off); cache full, so positions seqlen_k + i
   bool rotary_interleaved = false;
+  bool graph = false;  // --graph: time replays of a CUDA graph instead of each call by events
 };
 
 // The decode grid: PEERS.md's six shapes (32 query / 8 KV heads, hd 128), the shapes of the
@@ -43,6 +44,7 @@ std::vector<DecodeWorkload> decode_workloads(const Options& o) {
     d.num_splits = o.num_splits;
     d.rotary_dim = o.rotary_dim;
     d.rotary_interleaved = o.rotary_interleaved;
+    d.graph = o.graph;
     return d;
   };
   if (!o.sweep_decode) {
@@ -362,6 +364,7 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
   info.rotary_interleaved = dw.rotary_interleaved;
   info.kv_bytes = 2.0 * w.batch * w.seqlen_k * w.kv_heads * w.hdim * 2;
   info.copy_gbps = copy_gbps;
+  info.graph = dw.graph;
   rec.decode = info;
   DecodeBuffers buf;
   if (Status st = buf.allocate(dw, ctx.seed); !st.ok()) {
@@ -379,7 +382,7 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
   rec.run_failed = true;
   std::vector<cudaEvent_t> events;
   int next = 0;
-  const TimedBatch batch = [&](int n, std::vector<double>& ms) -> Status {
+  const TimedBatch per_call = [&](int n, std::vector<double>& ms) -> Status {
     while (events.size() < size_t(2 * n)) {
       cudaEvent_t e = nullptr;
       if (Status st = cuda_status(cudaEventCreate(&e), "cudaEventCreate"); !st.ok()) return st;
@@ -400,10 +403,56 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
     }
     return Status::success();
   };
+  // --graph: one CUDA graph holding kGraphRounds rounds over every input set (as serving replays
+  // decode steps, and as ../shared/peers/decode_graph_bench.py times FlashInfer); a measured
+  // iteration is one replay, its time divided by the calls it holds. Launch cost is then what a
+  // graph pays, not what a host call pays.
+  constexpr int kGraphRounds = 8;
+  cudaGraphExec_t exec = nullptr;
+  const int calls_per_replay = kGraphRounds * int(params.size());
+  const TimedBatch per_replay = [&](int n, std::vector<double>& ms) -> Status {
+    if (exec == nullptr) {
+      cudaGraph_t graph = nullptr;
+      if (Status st = cuda_status(
+              cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal), "capture");
+          !st.ok())
+        return st;
+      Status captured = Status::success();
+      for (int r = 0; r < kGraphRounds && captured.ok(); ++r)
+        for (const DecodeParams& p : params)
+          if (captured.ok()) captured = decode(p);
+      const Status ended = cuda_status(cudaStreamEndCapture(ctx.stream, &graph), "capture");
+      if (!captured.ok()) return captured;
+      if (!ended.ok()) return ended;
+      const Status inst = cuda_status(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+      cudaGraphDestroy(graph);
+      if (!inst.ok()) return inst;
+    }
+    if (events.size() < 2) {
+      for (int i = 0; i < 2; ++i) {
+        cudaEvent_t e = nullptr;
+        if (Status st = cuda_status(cudaEventCreate(&e), "cudaEventCreate"); !st.ok()) return st;
+        events.push_back(e);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      cudaEventRecord(events[0], ctx.stream);
+      if (Status st = cuda_status(cudaGraphLaunch(exec, ctx.stream), "graph launch"); !st.ok())
+        return st;
+      cudaEventRecord(events[1], ctx.stream);
+      if (Status st = cuda_status(cudaEventSynchronize(events[1]), "graph replay"); !st.ok())
+        return st;
+      float t = 0;
+      cudaEventElapsedTime(&t, events[0], events[1]);
+      ms.push_back(double(t) / calls_per_replay);
+    }
+    return Status::success();
+  };
   TimingPolicy policy;
   policy.iters = ctx.iters;
   policy.warmup = ctx.warmup_gpu;
-  const Status timed = measure(policy, batch, rec.timing);
+  const Status timed = measure(policy, dw.graph ? per_replay : per_call, rec.timing);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
   for (cudaEvent_t e : events) cudaEventDestroy(e);
   if (!timed.ok()) {
     rec.error = std::string(status_code_name(timed.code)) + ": " + timed.message;

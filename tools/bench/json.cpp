@@ -102,6 +102,7 @@ std::string record_json(const Record& r) {
     s += ", \"bytes\": " + number(r.decode->kv_bytes);
     s += ", \"gbps\": " + (r.ran ? number(r.decode->gbps) : "null");
     s += ", \"copy_gbps\": " + number(r.decode->copy_gbps);
+    s += std::string(", \"timing\": \"") + (r.decode->graph ? "cuda_graph" : "events") + "\"";
   }
   s += ", \"ok\": " + boolean(r.ok);
   if (r.skipped) s += ", \"skipped\": true";

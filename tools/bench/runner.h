@@ -28,6 +28,7 @@ struct DecodeInfo {
   int num_splits = 0;  // as requested (0: heuristic)
   double kv_bytes = 0;  // K and V bytes read per call
   double gbps = 0;      // kv_bytes / median time
+  bool graph = false;   // timed as CUDA-graph replays (record field timing: "cuda_graph")
   double copy_gbps = 0;  // device-to-device copy in the same run, bytes read + written per second
   int rotary_dim = 0;    // rotary embedding of q (0: off)
   bool rotary_interleaved = false;
