@@ -412,6 +412,11 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
   const int calls_per_replay = kGraphRounds * int(params.size());
   const TimedBatch per_replay = [&](int n, std::vector<double>& ms) -> Status {
     if (exec == nullptr) {
+      // One eager call first: what a call sets up once (the workspace pool) cannot be created
+      // while the stream is capturing.
+      if (Status st = decode(params[0]); !st.ok()) return st;
+      if (Status st = cuda_status(cudaStreamSynchronize(ctx.stream), "decode run"); !st.ok())
+        return st;
       cudaGraph_t graph = nullptr;
       if (Status st = cuda_status(
               cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal), "capture");
