@@ -48,14 +48,45 @@
 // being seqlen_q when causal or local, else 1); without it that is the caller's duty: a
 // position outside the table reads its nearest row (nothing is read outside the table) and the
 // result is unspecified.
+//
+// FP8 KV cache (cache_dtype = DType::e4m3; q, o, k_new and v_new stay bf16/fp16 in `dtype`): the
+// caches hold e4m3 (OCP FP8 E4M3FN: bias 7, no infinities, largest finite 448, NaN = S.1111.111),
+// one byte per element, with fp32 scales in device memory, k_scale and v_scale: one value for the
+// whole tensor (KvScaleLayout::per_tensor) or one per KV head (per_kv_head: heads_kv values, head
+// h uses element h). The cache means
+//   k = float(k_e4m3) * k_scale[h],  v = float(v_e4m3) * v_scale[h]     (per tensor: index 0)
+// (the kernel applies the scales in fp32, to Q·Kᵀ and to P·V, which is the same product up to
+// fp32 rounding). Appended rows k_new/v_new are quantised with the same scales, bit for bit by
+// this rule, on the device and in flashattn::quantize_e4m3 on the host (src/common/host_dtype.h):
+//   e4m3 = satfinite_rne(x / scale)
+// where x / scale is one IEEE fp32 division rounded to nearest even, and satfinite_rne rounds
+// that fp32 value to the nearest e4m3 value, ties to even mantissa, including the subnormals
+// (multiples of 2^-9 below 2^-6); a magnitude above 448 (infinity included) becomes ±448, the sign
+// is kept (so -0 stays -0), and NaN becomes the NaN 0x7F. On the device this is
+// __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3). With check_indices the
+// scales are copied to the host and must be finite and > 0; without, that is the caller's duty.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace flashattn {
 
+// How many values k_scale and v_scale hold (FP8 KV cache only).
+enum class KvScaleLayout : int {
+  per_tensor = 0,   // one fp32 value for the whole cache (vLLM's convention)
+  per_kv_head = 1,  // heads_kv fp32 values, one per KV head (FlashInfer's per-head scales)
+};
+
 struct DecodeParams {
-  DType dtype = DType::bf16;  // q, caches, new k/v and o share it
+  DType dtype = DType::bf16;  // q, new k/v and o (bf16 or fp16); the caches too unless set below
+
+  // The caches' element type: unset means `dtype`; DType::e4m3 is an FP8 cache (header comment)
+  // and needs k_scale and v_scale (device memory, fp32, 4-byte aligned, kv_scale_layout values).
+  std::optional<DType> cache_dtype;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  KvScaleLayout kv_scale_layout = KvScaleLayout::per_tensor;
 
   int batch = 0;
   int seqlen_q = 0;  // 1..16
@@ -83,7 +114,7 @@ struct DecodeParams {
   const int32_t* cache_seqlens = nullptr;  // (batch), required
 
   // Optional new keys and values, appended in place before attending.
-  TensorRef k_new, v_new;  // data null: nothing appended
+  TensorRef k_new, v_new;  // data null: nothing appended; `dtype` (quantised into an FP8 cache)
   int seqlen_new = 0;
 
   float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
@@ -107,6 +138,9 @@ struct DecodeParams {
 
   void* stream = nullptr;  // cudaStream_t
 };
+
+// The element type of the caches: cache_dtype when set, else dtype.
+inline DType decode_cache_dtype(const DecodeParams& p) { return p.cache_dtype.value_or(p.dtype); }
 
 // Every rule for a decode call; ok when decode() would run. May synchronise `stream` (see
 // check_indices above).

@@ -17,4 +17,8 @@ Status check_decode_shapes(const DecodeParams& p);
 Status check_decode_indices(const DecodeParams& p, const int32_t* cache_seqlens,
                             const int32_t* page_table, const int32_t* cache_batch_idx);
 
+// With an e4m3 cache: host copies of k_scale and v_scale (1 or heads_kv values each, by
+// kv_scale_layout) must be finite and > 0.
+Status check_decode_scales(const DecodeParams& p, const float* k_scale, const float* v_scale);
+
 }  // namespace flashattn

@@ -43,6 +43,13 @@ struct DecodeProblem {
   int num_pages = 0, page_size = 1;
   const int32_t* cache_seqlens = nullptr;
 
+  // FP8 KV cache (decode.h): the caches hold e4m3 and k = float(e4m3) * k_scale[h * per_head]
+  // (likewise v); k_new/v_new are quantised into them with the same scales.
+  bool kv_e4m3 = false;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int kv_scale_per_head = 0;  // 1: one scale per KV head; 0: one for the tensor
+
   const void* k_new = nullptr;
   const void* v_new = nullptr;
   int64_t k_new_stride[3] = {}, v_new_stride[3] = {};
@@ -90,6 +97,12 @@ inline DecodeProblem make_decode_problem(const DecodeParams& p) {
   d.lse = p.lse;
   d.k_cache = p.k_cache.data;
   d.v_cache = p.v_cache.data;
+  d.kv_e4m3 = decode_cache_dtype(p) == DType::e4m3;
+  if (d.kv_e4m3) {
+    d.k_scale = p.k_scale;
+    d.v_scale = p.v_scale;
+    d.kv_scale_per_head = p.kv_scale_layout == KvScaleLayout::per_kv_head ? 1 : 0;
+  }
   d.k_new = p.k_new.data;
   d.v_new = p.v_new.data;
   for (int i = 0; i < 3; ++i) {
