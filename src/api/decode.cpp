@@ -36,7 +36,7 @@ Status choose_splits(const DecodeParams& p, DecodeProblem& d) {
   int device = 0, sms = 0, per_sm = 1;
   FA_CUDA_TRY(cudaGetDevice(&device));
   FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (Status s = decode_blocks_per_sm(d.dtype, d.head_dim, &per_sm); !s.ok()) return s;
+  if (Status s = decode_blocks_per_sm(d.dtype, d.head_dim, d.kv_e4m3, &per_sm); !s.ok()) return s;
   DecodeSplitInputs in;
   in.blocks = d.batch * d.heads_kv * d.row_chunks;
   in.key_tiles = (max_visible_keys(d) + kDecodeKeysPerTile - 1) / kDecodeKeysPerTile;

@@ -16,9 +16,9 @@
 
 namespace flashattn::decoding {
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kKvE4m3>
 Status run_decode(const DecodeProblem& p);  // launch.cuh
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kKvE4m3>
 Status blocks_per_sm(int* blocks);  // launch.cuh
 
 }  // namespace flashattn::decoding
@@ -39,9 +39,11 @@ Status dispatch(DType dtype, int head_dim, Fn&& fn) {
 
 }  // namespace
 
-Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks) {
+Status decode_blocks_per_sm(DType dtype, int head_dim, bool kv_e4m3, int* blocks) {
   return dispatch(dtype, head_dim, [&](auto e, auto dims) {
-    return decoding::blocks_per_sm<decltype(e), decltype(dims)::qk>(blocks);
+    constexpr int kD = decltype(dims)::qk;
+    return kv_e4m3 ? decoding::blocks_per_sm<decltype(e), kD, true>(blocks)
+                   : decoding::blocks_per_sm<decltype(e), kD, false>(blocks);
   });
 }
 
@@ -84,11 +86,20 @@ Status decode_run(const DecodeProblem& problem) {
   if (p.seqlen_new > 0) {
     const int64_t chunks = 2 * int64_t(p.batch) * p.seqlen_new * p.heads_kv * (p.head_dim / 8);
     const int64_t blocks = std::min<int64_t>((chunks + 255) / 256, 65535);
-    decoding::append_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    if (!p.kv_e4m3) {
+      decoding::append_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    } else if (p.dtype == DType::bf16) {
+      decoding::append_e4m3_kernel<__nv_bfloat16>
+          <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    } else {
+      decoding::append_e4m3_kernel<__half><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    }
     FA_CUDA_LAUNCH_CHECK("decode append_kernel");
   }
   return dispatch(p.dtype, p.head_dim, [&](auto e, auto dims) {
-    return decoding::run_decode<decltype(e), decltype(dims)::qk>(p);
+    constexpr int kD = decltype(dims)::qk;
+    return p.kv_e4m3 ? decoding::run_decode<decltype(e), kD, true>(p)
+                     : decoding::run_decode<decltype(e), kD, false>(p);
   });
 }
 
