@@ -77,7 +77,7 @@ assert ctypes.sizeof(Params) == 304 and Params.q.offset == 64 and Params.q_strid
 
 
 class DecodeParams(ctypes.Structure):
-    """Mirror of flashattn_c_decode_params, version 4 (416 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_decode_params, version 5 (440 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -127,6 +127,10 @@ class DecodeParams(ctypes.Structure):
         ("seqlen_ro", ctypes.c_int32),
         ("rotary_interleaved", ctypes.c_int32),
         ("reserved3", ctypes.c_uint32),
+        ("cache_dtype", ctypes.c_int32),  # version 5: 0 (dtype) or E4M3
+        ("kv_scale_layout", ctypes.c_int32),  # 0: per tensor; 1: per KV head
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields):

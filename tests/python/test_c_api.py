@@ -12,7 +12,7 @@ from flashattn import _lib
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
     assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 304
-    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 416
+    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 440
     assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 440
     assert flashattn.library_version() == flashattn.__version__
 
@@ -264,3 +264,33 @@ def test_backward_abi_rules_map_to_python_exceptions():
     p.dq = keep[0].data_ptr()  # dq aliasing q
     with pytest.raises(ValueError, match="dq: overlaps input q"):
         _lib.backward(p, _lib.kernel_id("cpu"))
+
+
+def test_fp8_cache_fields_and_older_sizes():
+    """Version 5 appends the FP8 KV cache (cache_dtype, kv_scale_layout, k_scale, v_scale; 440
+    bytes): their rules are read from a struct of the current size; a caller of version 4 (416
+    bytes) is not read past its end (a zero-filled tail: the caches are `dtype`)."""
+    def params(**kw):  # the shape rules read no memory: placeholder pointers
+        return _lib.DecodeParams(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1,
+                                 head_dim=64, cache_seqlen=16, cache_seqlens=16, **kw)
+    assert _lib.decode_can_implement(params(cache_dtype=_lib.E4M3)) == (
+        _lib.INVALID_ARGUMENT,
+        "k_scale: required with cache_dtype e4m3 (fp32, 1 value (per_tensor))")
+    assert _lib.decode_can_implement(params(cache_dtype=_lib.E4M3, kv_scale_layout=1,
+                                            k_scale=64)) == (
+        _lib.INVALID_ARGUMENT,
+        "v_scale: required with cache_dtype e4m3 (fp32, heads_kv = 1 values (per_kv_head))")
+    assert _lib.decode_can_implement(params(cache_dtype=9)) == (
+        _lib.INVALID_ARGUMENT, "cache_dtype: must be 0 (dtype) or a FLASHATTN_C_* dtype, got 9")
+    assert _lib.decode_can_implement(params(k_scale=64)) == (
+        _lib.INVALID_ARGUMENT, "k_scale: only with cache_dtype e4m3 (the cache is bf16)")
+    old = params(cache_dtype=9, k_scale=64)
+    old.struct_size = 416
+    code, msg = _lib.decode_can_implement(old)
+    assert "cache_dtype" not in msg and "k_scale" not in msg
+    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(
+        _lib.DecodeParams)}
+    assert fields["cache_dtype"] == ("int32", 416)
+    assert fields["kv_scale_layout"] == ("int32", 420)
+    assert fields["k_scale"] == ("pointer", 424)
+    assert fields["v_scale"] == ("pointer", 432)

@@ -9,8 +9,8 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
-#include <type_traits>
 
+#include "common/convert.cuh"
 #include "common/decode_problem.h"
 
 namespace flashattn::decoding {
@@ -81,15 +81,6 @@ __device__ __forceinline__ uint8_t quantize_e4m3(float x, float scale) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
 }
 
-template <typename Element>
-__device__ __forceinline__ float element_to_float(uint16_t bits) {
-  if constexpr (std::is_same_v<Element, __half>) {
-    return __half2float(__ushort_as_half(bits));
-  } else {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-  }
-}
-
 // e4m3 cache: one thread per 16-byte chunk of k_new and v_new (8 elements), quantised with the
 // KV head's scale into 8 bytes of the cache.
 template <typename Element>
@@ -107,7 +98,7 @@ __global__ void append_e4m3_kernel(const DecodeProblem p) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const auto bits = static_cast<uint16_t>(w[e / 2] >> (16 * (e % 2)));
-      out[e / 4] |= uint32_t(quantize_e4m3(element_to_float<Element>(bits), scale)) << (8 * (e % 4));
+      out[e / 4] |= uint32_t(quantize_e4m3(to_float<Element>(bits), scale)) << (8 * (e % 4));
     }
     auto* dst = static_cast<uint8_t*>(s.is_v ? p.v_cache : p.k_cache) + s.cache_off + s.c * 8;
     *reinterpret_cast<uint2*>(dst) = make_uint2(out[0], out[1]);
