@@ -20,8 +20,7 @@ namespace {
 double e4m3_definition(int b) {
   const int sign = b >> 7, exp = (b >> 3) & 15, mant = b & 7;
   if (exp == 15 && mant == 7) return std::numeric_limits<double>::quiet_NaN();
-  const double mag =
-      exp == 0 ? std::ldexp(mant / 8.0, -6) : std::ldexp(1.0 + mant / 8.0, exp - 7);
+  const double mag = exp == 0 ? std::ldexp(mant / 8.0, -6) : std::ldexp(1.0 + mant / 8.0, exp - 7);
   return sign ? -mag : mag;
 }
 
@@ -89,9 +88,9 @@ TEST(Fp8KvFormat, SaturatesAndKeepsSignAndNaN) {
   for (float x : {-448.f, -464.f, -1e6f, -inf}) EXPECT_EQ(fa::float_to_e4m3(x), 0xfe) << x;
   EXPECT_EQ(fa::float_to_e4m3(0.f), 0x00);
   EXPECT_EQ(fa::float_to_e4m3(-0.f), 0x80);
-  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(1.f, -11)), 0x00);          // 1/4 of the smallest: 0
-  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(1.f, -10)), 0x00);          // half way: even (0)
-  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(3.f, -11)), 0x02);          // 1.5 steps: even (2)
+  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(1.f, -11)), 0x00);  // 1/4 of the smallest: 0
+  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(1.f, -10)), 0x00);  // half way: even (0)
+  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(3.f, -11)), 0x02);  // 1.5 steps: even (2)
   EXPECT_EQ(fa::float_to_e4m3(std::nextafter(std::ldexp(1.f, -10), 1.f)), 0x01);
   EXPECT_EQ(fa::float_to_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
   EXPECT_EQ(fa::float_to_e4m3(-std::numeric_limits<float>::quiet_NaN()), 0x7f);

@@ -539,8 +539,20 @@ std::vector<Case> grid() {
         const Heads hd = heads[f % 5];
         const M m = masks[f % 4];
         const int ps = f % 4 == 0 ? 0 : (f % 4 == 1 ? 16 : (f % 4 == 2 ? 1 : 64));
-        Case c{dtype, d, hd.hq, hd.hkv, sqs[f % 4], lengths[f % 5], ps, f % 3 == 2 ? 0 : 1 + f % 2,
-               m.causal, m.wl, m.wr, splits[f % 4], ps == 0 && f % 8 == 4, (f % 5 == 3) ? 6.f : 1.f};
+        Case c{dtype,
+               d,
+               hd.hq,
+               hd.hkv,
+               sqs[f % 4],
+               lengths[f % 5],
+               ps,
+               f % 3 == 2 ? 0 : 1 + f % 2,
+               m.causal,
+               m.wl,
+               m.wr,
+               splits[f % 4],
+               ps == 0 && f % 8 == 4,
+               (f % 5 == 3) ? 6.f : 1.f};
         if (f % 6 == 5) c.softcap = 30.f;
         if (f % 5 == 1) c.rotary_dim = d / 2;
         c.fp8 = layout;
@@ -654,8 +666,7 @@ TEST(GpuDecodeFp8, PagedEqualsContiguousAndSixteenBitOnTheDequantisedCache) {
         run(sixteen);
         if (HasFatalFailure()) return;
         EXPECT_EQ(std::memcmp(sixteen.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
-        EXPECT_EQ(std::memcmp(sixteen.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
-            << at;
+        EXPECT_EQ(std::memcmp(sixteen.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0) << at;
       }
 }
 

@@ -140,7 +140,9 @@ struct DecodeParams {
 };
 
 // The element type of the caches: cache_dtype when set, else dtype.
-inline DType decode_cache_dtype(const DecodeParams& p) { return p.cache_dtype.value_or(p.dtype); }
+inline DType decode_cache_dtype(const DecodeParams& p) {
+  return p.cache_dtype.value_or(p.dtype);
+}
 
 // Every rule for a decode call; ok when decode() would run. May synchronise `stream` (see
 // check_indices above).

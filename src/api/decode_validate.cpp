@@ -63,9 +63,8 @@ Status to_host(const T* src, int64_t n, cudaStream_t stream, std::vector<T>& dst
     std::copy(src, src + n, dst.begin());
     return Status::success();
   }
-  FA_CUDA_TRY(
-      cudaMemcpyAsync(dst.data(), src, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost,
-                      stream));
+  FA_CUDA_TRY(cudaMemcpyAsync(dst.data(), src, static_cast<size_t>(n) * sizeof(T),
+                              cudaMemcpyDeviceToHost, stream));
   FA_CUDA_TRY(cudaStreamSynchronize(stream));
   return Status::success();
 }

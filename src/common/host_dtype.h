@@ -94,7 +94,7 @@ inline uint8_t float_to_e4m3(float f) {
   const uint32_t u = float_bits(f);
   const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return 0x7f;                          // NaN
+  if (abs > 0x7f800000u) return 0x7f;                                // NaN
   if (abs >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7e);  // >= 448: saturate
   if (abs < 0x3c800000u) {  // below 2^-6, the smallest normal: the subnormal grid (2^-9 steps)
     // Exact scaling by a power of two; nearbyint rounds half to even. 8 steps carry into the
@@ -113,8 +113,12 @@ inline uint8_t float_to_e4m3(float f) {
 
 // The FP8 KV cache's quantisation of one appended value (decode.h): x / scale as one fp32
 // division (round to nearest even), then float_to_e4m3.
-inline uint8_t quantize_e4m3(float x, float scale) { return float_to_e4m3(x / scale); }
+inline uint8_t quantize_e4m3(float x, float scale) {
+  return float_to_e4m3(x / scale);
+}
 // The cache's value of one e4m3 element: float(e4m3) * scale in fp32.
-inline float dequantize_e4m3(uint8_t b, float scale) { return e4m3_to_float(b) * scale; }
+inline float dequantize_e4m3(uint8_t b, float scale) {
+  return e4m3_to_float(b) * scale;
+}
 
 }  // namespace flashattn

@@ -78,7 +78,8 @@ __global__ void append_kernel(const DecodeProblem p) {
 // saturating round to nearest even e4m3. common/host_dtype.h's quantize_e4m3 is the same on the
 // host.
 __device__ __forceinline__ uint8_t quantize_e4m3(float x, float scale) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+  return static_cast<uint8_t>(
+      __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
 }
 
 // e4m3 cache: one thread per 16-byte chunk of k_new and v_new (8 elements), quantised with the

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/decode_problem.h"
 #include "common/convert.cuh"
+#include "common/decode_problem.h"
 #include "common/mask.h"
 #include "common/math_constants.h"
 #include "common/sink.h"

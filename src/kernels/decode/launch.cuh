@@ -1,5 +1,5 @@
-// Host side of the decode family, templated on (element type, head dim, e4m3 cache). Each instantiation is a
-// generated file (cmake/instantiations.cmake); launch.cu dispatches to them.
+// Host side of the decode family, templated on (element type, head dim, e4m3 cache). Each
+// instantiation is a generated file (cmake/instantiations.cmake); launch.cu dispatches to them.
 #pragma once
 
 #include <cuda_bf16.h>
