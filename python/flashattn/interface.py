@@ -98,7 +98,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), num_splits=0,
                             return_softmax_lse=False, *, check_indices=False, sinks=None,
-                            softcap=0.0, rotary_interleaved=True):
+                            softcap=0.0, rotary_interleaved=True, k_scale=None, v_scale=None):
     """Decode: a few new query tokens against a KV cache, as flash-attn's function of this name
     (without its alibi and cache_leftpad arguments). CUDA tensors only.
 
@@ -125,6 +125,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (2, 3), ... (GPT-J), False the halves x[:rotary_dim / 2], x[rotary_dim / 2:rotary_dim]
     (GPT-NeoX). seqlen_ro must cover every position used; check_indices=True checks it (and
     synchronises), otherwise it is the caller's duty.
+    k_scale, v_scale (keywords): an FP8 KV cache. k_cache and v_cache torch.float8_e4m3fn (q, k,
+    v stay bf16/fp16), the scales fp32 on q's device, (1,) per tensor or (heads_kv,) per KV head:
+    the cache means float(e4m3) * scale, and k, v are appended as e4m3 of (x / scale) rounded to
+    nearest even and saturated to +-448 (flashattn's decode.h states the rule bit for bit).
 
     Returns out (batch, seqlen_q, heads_q, head_dim); with return_softmax_lse, (out, lse), lse
     (batch, heads_q, seqlen_q) fp32, natural log, -inf for rows that see no key.
@@ -142,5 +146,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                block_table, 0.0 if softmax_scale is None else float(softmax_scale),
                                bool(causal), left, right, int(num_splits), bool(check_indices),
                                sinks, float(softcap), rotary_cos, rotary_sin,
-                               bool(rotary_interleaved))
+                               bool(rotary_interleaved), k_scale, v_scale)
     return (out, lse) if return_softmax_lse else out
