@@ -90,7 +90,8 @@ TEST(Fp8KvFormat, SaturatesAndKeepsSignAndNaN) {
   EXPECT_EQ(fa::float_to_e4m3(-0.f), 0x80);
   EXPECT_EQ(fa::float_to_e4m3(std::ldexp(1.f, -11)), 0x00);  // 1/4 of the smallest: 0
   EXPECT_EQ(fa::float_to_e4m3(std::ldexp(1.f, -10)), 0x00);  // half way: even (0)
-  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(3.f, -11)), 0x02);  // 1.5 steps: even (2)
+  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(3.f, -10)), 0x02);  // 1.5 steps: even (2)
+  EXPECT_EQ(fa::float_to_e4m3(std::ldexp(3.f, -11)), 0x01);  // 0.75 steps: 1
   EXPECT_EQ(fa::float_to_e4m3(std::nextafter(std::ldexp(1.f, -10), 1.f)), 0x01);
   EXPECT_EQ(fa::float_to_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
   EXPECT_EQ(fa::float_to_e4m3(-std::numeric_limits<float>::quiet_NaN()), 0x7f);
