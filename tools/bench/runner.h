@@ -30,6 +30,7 @@ struct DecodeInfo {
   double gbps = 0;      // kv_bytes / median time
   double copy_gbps = 0;  // device-to-device copy in the same run, bytes read + written per second
   int rotary_dim = 0;    // rotary embedding of q (0: off)
+  bool kv_e4m3 = false;  // an FP8 (e4m3) KV cache (record field kv_dtype)
   bool rotary_interleaved = false;
 };
 
