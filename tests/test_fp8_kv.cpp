@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/host_dtype.h"
+#include "flashattn/reference.h"
 
 namespace fa = flashattn;
 
@@ -123,6 +124,28 @@ TEST(Fp8KvFormat, QuantizeIsDivisionThenRounding) {
   }
   EXPECT_EQ(fa::quantize_e4m3(1000.f, 1.f), 0x7e);  // saturates
   EXPECT_EQ(fa::quantize_e4m3(1000.f, 4.f), 0x78);  // 250: between 240 and 256, nearer 256 = 2^8
+}
+
+}  // namespace
+
+namespace {
+
+// The public host helpers (reference.h) that tests and flashattn-bench build e4m3 caches with:
+// the same rule, element for element, from bf16 and fp16 inputs; dequantised back into the dtype.
+TEST(Fp8KvFormat, ReferenceHelpersApplyTheRule) {
+  for (fa::DType dtype : {fa::DType::bf16, fa::DType::fp16}) {
+    std::vector<uint16_t> x(4096), back(x.size());
+    fa::reference::fill_normal(x.data(), std::ssize(x), dtype, 22, 40.f);  // past 448 too
+    std::vector<uint8_t> q(x.size());
+    fa::reference::quantize_e4m3(dtype, x.data(), std::ssize(x), 0.25f, q.data());
+    fa::reference::dequantize_e4m3(q.data(), std::ssize(q), 0.25f, dtype, back.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(q[i], fa::quantize_e4m3(fa::load_as_float(x.data(), int64_t(i), dtype), 0.25f));
+      // Power-of-two scale: exact in the dtype.
+      ASSERT_EQ(fa::load_as_float(back.data(), int64_t(i), dtype),
+                fa::e4m3_to_float(q[i]) * 0.25f);
+    }
+  }
 }
 
 }  // namespace

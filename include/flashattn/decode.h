@@ -57,7 +57,8 @@
 //   k = float(k_e4m3) * k_scale[h],  v = float(v_e4m3) * v_scale[h]     (per tensor: index 0)
 // (the kernel applies the scales in fp32, to Q·Kᵀ and to P·V, which is the same product up to
 // fp32 rounding). Appended rows k_new/v_new are quantised with the same scales, bit for bit by
-// this rule, on the device and in flashattn::quantize_e4m3 on the host (src/common/host_dtype.h):
+// this rule, on the device and on the host in reference::quantize_e4m3 (reference.h; one
+// definition with the library's host rounding, src/common/host_dtype.h):
 //   e4m3 = satfinite_rne(x / scale)
 // where x / scale is one IEEE fp32 division rounded to nearest even, and satfinite_rne rounds
 // that fp32 value to the nearest e4m3 value, ties to even mantissa, including the subnormals
