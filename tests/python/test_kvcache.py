@@ -14,7 +14,7 @@ from flashattn import _lib, flash_attn_with_kvcache
 
 
 def test_decode_struct_mirrors_the_library():
-    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 416
+    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 440
 
 
 def test_decode_struct_reaches_the_validation():
@@ -314,3 +314,63 @@ def test_rotary_custom_op_schema_and_fake():
 
 def test_package_exports_it():
     assert "flash_attn_with_kvcache" in flashattn.__all__
+
+
+# ---- FP8 (e4m3) KV cache: k_scale / v_scale ----------------------------------------------------
+@pytest.mark.parametrize("change, says", [
+    (dict(no_scales=True), "k_scale, v_scale: required with a torch.float8_e4m3fn cache"),
+    (dict(sixteen=True), "k_scale, v_scale: only with a torch.float8_e4m3fn cache"),
+    (dict(scale_len=3), r"k_scale.shape\[0\]: must be 1 \(per tensor\) or heads_kv = 2"),
+    (dict(scale_dtype=torch.float16), "k_scale.dtype: must be torch.float32"),
+])
+def test_fp8_cache_bad_arguments(change, says):
+    """The torch-side rules of an FP8 cache, checked before anything touches a device."""
+    q = torch.zeros(2, 1, 8, 64, dtype=torch.bfloat16)
+    dtype = torch.bfloat16 if change.get("sixteen") else torch.float8_e4m3fn
+    cache = torch.zeros(2, 32, 2, 64, dtype=dtype)
+    scale = torch.ones(change.get("scale_len", 1), dtype=change.get("scale_dtype", torch.float32))
+    scales = {} if change.get("no_scales") else dict(k_scale=scale, v_scale=scale.clone())
+    with pytest.raises(ValueError, match=says):
+        flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=3, **scales)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_fp8_cache_equals_sixteen_bit_on_the_dequantised_cache(per_head, page_size):
+    """With power-of-two scales the e4m3 cache's values are exact in bf16: the FP8 call must equal,
+    bitwise, the bf16 call on the dequantised cache (fixed splits), and the appended rows must be
+    e4m3 of (k / scale) rounded to nearest even (torch's cast; values kept inside +-448)."""
+    torch.manual_seed(20)
+    b, hq, hkv, d, cap = 2, 8, 2, 128, 96
+    ks = torch.tensor([0.5, 2.0] if per_head else [0.5], device="cuda")
+    vs = torch.tensor([0.25, 1.0] if per_head else [0.25], device="cuda")
+    rows = b * cap // page_size if page_size else b
+    per_row = page_size if page_size else cap
+    shape = (rows, per_row, hkv, d)
+    head_k = ks.view(1, 1, -1, 1) if per_head else ks
+    head_v = vs.view(1, 1, -1, 1) if per_head else vs
+    k8 = (torch.randn(shape, device="cuda") / head_k).to(torch.float8_e4m3fn)
+    v8 = (torch.randn(shape, device="cuda") / head_v).to(torch.float8_e4m3fn)
+    q = torch.randn(b, 1, hq, d, device="cuda").to(torch.bfloat16)
+    k_new = torch.randn(b, 1, hkv, d, device="cuda").to(torch.bfloat16)
+    v_new = torch.randn(b, 1, hkv, d, device="cuda").to(torch.bfloat16)
+    seqlens = torch.tensor([40, 77], dtype=torch.int32, device="cuda")
+    table = (torch.randperm(rows, device="cuda").to(torch.int32).view(b, -1) if page_size
+             else None)
+    deq = lambda c, s: (c.float() * s).to(torch.bfloat16)  # noqa: E731
+    k16, v16 = deq(k8, head_k), deq(v8, head_v)
+    out8 = flash_attn_with_kvcache(q, k8, v8, k=k_new, v=v_new, cache_seqlens=seqlens,
+                                   block_table=table, causal=True, num_splits=3,
+                                   k_scale=ks, v_scale=vs)
+    # The appended rows: e4m3 of (k / scale).
+    for i in range(b):
+        j = int(seqlens[i])
+        row, at = ((table[i, j // page_size], j % page_size) if page_size else (i, j))
+        want_k = (k_new[i, 0].float() / head_k.view(-1, 1) if per_head else
+                  k_new[i, 0].float() / ks).to(torch.float8_e4m3fn)
+        assert torch.equal(k8[row, at].view(torch.uint8), want_k.view(torch.uint8))
+    k16, v16 = deq(k8, head_k), deq(v8, head_v)  # the cache after the append, dequantised
+    out16 = flash_attn_with_kvcache(q, k16, v16, cache_seqlens=seqlens + 1, block_table=table,
+                                    causal=True, num_splits=3)
+    assert torch.equal(out8.view(torch.int16), out16.view(torch.int16))
