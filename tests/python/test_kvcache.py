@@ -359,7 +359,6 @@ def test_fp8_cache_equals_sixteen_bit_on_the_dequantised_cache(per_head, page_si
     table = (torch.randperm(rows, device="cuda").to(torch.int32).view(b, -1) if page_size
              else None)
     deq = lambda c, s: (c.float() * s).to(torch.bfloat16)  # noqa: E731
-    k16, v16 = deq(k8, head_k), deq(v8, head_v)
     out8 = flash_attn_with_kvcache(q, k8, v8, k=k_new, v=v_new, cache_seqlens=seqlens,
                                    block_table=table, causal=True, num_splits=3,
                                    k_scale=ks, v_scale=vs)
