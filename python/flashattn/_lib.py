@@ -137,7 +137,7 @@ class DecodeParams(ctypes.Structure):
         super().__init__(struct_size=ctypes.sizeof(DecodeParams), **fields)
 
 
-assert (ctypes.sizeof(DecodeParams) == 416 and DecodeParams.q.offset == 80
+assert (ctypes.sizeof(DecodeParams) == 440 and DecodeParams.q.offset == 80
         and DecodeParams.q_stride.offset == 176)
 
 
