@@ -102,6 +102,8 @@ void quantize_cache(const Case& c, Host& h) {
   if (c.fp8 == 0) return;
   fa::DecodeParams& p = h.p;
   const int n = c.fp8 == 2 ? c.hkv : 1;
+  h.ks.clear();
+  h.vs.clear();
   for (int i = 0; i < n; ++i) {
     h.ks.push_back(std::ldexp(1.f, i % 3 - 1));  // 0.5, 1, 2, ...
     h.vs.push_back(std::ldexp(1.f, 1 - i % 4));  // 2, 1, 0.5, 0.25, ...
