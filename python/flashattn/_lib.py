@@ -11,7 +11,7 @@ import threading
 
 # Status codes of c_api.h.
 OK, INVALID_ARGUMENT, UNSUPPORTED, CUDA_ERROR, INTERNAL_ERROR = 0, 1, 2, 3, 4
-# Element types of c_api.h (FP8 has no kernel yet: the library answers UNSUPPORTED for it).
+# Element types of c_api.h (forward has no FP8 kernel: UNSUPPORTED; decode reads an E4M3 cache).
 BF16, FP16, E4M3, E5M2 = 0, 1, 2, 3
 
 _LIB_NAME = "libflashattn_c.so"

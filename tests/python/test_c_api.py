@@ -43,8 +43,8 @@ def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
 
 
 def test_fp8_dtype_is_known_and_unsupported():
-    # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check and are refused by can_implement as a
-    # dtype with no kernel; 4 is no dtype at all.
+    # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check; forward refuses them as a dtype with no
+    # kernel; 4 is no dtype at all.
     q = ctypes.create_string_buffer(4096)
     for code, name in ((_lib.E4M3, "e4m3"), (_lib.E5M2, "e5m2")):
         p = _lib.Params(dtype=code, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1, heads_kv=1,
@@ -54,13 +54,32 @@ def test_fp8_dtype_is_known_and_unsupported():
             _lib.UNSUPPORTED, f"dtype: {name} has no kernel in this build (FP8 forward is planned)")
         with pytest.raises(flashattn.UnsupportedError, match=f"dtype: {name} has no kernel"):
             _lib.forward(p, _lib.kernel_id("cpu"))
-        # decode: the shape rules read no memory, so placeholder pointers reach the dtype rule.
-        d = _lib.DecodeParams(dtype=code, batch=1, seqlen_q=1, heads_q=1, heads_kv=1, head_dim=64,
-                              cache_seqlen=16, cache_seqlens=16)
-        assert _lib.decode_can_implement(d) == (_lib.UNSUPPORTED,
-                                                f"dtype: {name} has no decode kernel in this build")
     code, msg = _lib.can_implement(_lib.Params(dtype=4), 0)
     assert code == _lib.INVALID_ARGUMENT and msg.startswith("dtype: must be FLASHATTN_C_BF16 (0)")
+
+
+def test_decode_fp8_is_a_cache_dtype_not_a_q_dtype():
+    """Decode reads an e4m3 KV cache (cache_dtype) while q, o, k_new and v_new stay bf16/fp16: an
+    FP8 dtype is refused as invalid (it names cache_dtype), an e5m2 cache as unsupported."""
+    def params(**kw):  # the shape rules read no memory: placeholder pointers
+        fields = dict(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1, head_dim=64,
+                      cache_seqlen=16, cache_seqlens=16)
+        fields.update(kw)
+        return _lib.DecodeParams(**fields)
+    for code, name in ((_lib.E4M3, "e4m3"), (_lib.E5M2, "e5m2")):
+        assert _lib.decode_can_implement(params(dtype=code)) == (
+            _lib.INVALID_ARGUMENT, f"dtype: must be bf16 or fp16 (q, o, k_new, v_new), got {name}; "
+            "an FP8 KV cache is cache_dtype = e4m3")
+        with pytest.raises(ValueError, match=f"dtype: must be bf16 or fp16 .* got {name}"):
+            _lib.decode(params(dtype=code))
+    # An e4m3 cache with its scales passes every dtype rule: the first refusal is the null q.
+    for dtype in (_lib.BF16, _lib.FP16):
+        assert _lib.decode_can_implement(params(dtype=dtype, cache_dtype=_lib.E4M3, k_scale=64,
+                                                v_scale=64)) == (
+            _lib.INVALID_ARGUMENT, "q.data: must not be null")
+    assert _lib.decode_can_implement(params(cache_dtype=_lib.E5M2, k_scale=64, v_scale=64)) == (
+        _lib.UNSUPPORTED,
+        "cache_dtype: e5m2 has no decode kernel; an FP8 KV cache is e4m3 (with k_scale, v_scale)")
 
 
 def test_kernel_names_round_trip():
