@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cuda_runtime.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -52,8 +51,20 @@ inline bool kernel_runs_here(Kernel k) {
   return kernel_is_built(k) && have_gpu() && (!is_hopper_kernel(k) || device_is_sm90());
 }
 
+// Runs forward() and waits for the device; false (with a test failure) on any error.
+inline bool forward_and_sync(const ForwardParams& p, Kernel kernel) {
+  const Status s = forward(p, kernel);
+  EXPECT_TRUE(s.ok()) << s.message;
+  if (!s.ok()) return false;
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return e == cudaSuccess;
+}
+
 // What Kernel::automatic picks for a plain device problem here: the production path.
-inline Kernel expected_auto_kernel() { return device_is_sm90() ? Kernel::k6 : Kernel::fa2; }
+inline Kernel expected_auto_kernel() {
+  return device_is_sm90() ? Kernel::k6 : Kernel::fa2;
+}
 
 // Fresh every run unless FLASHATTN_SEED is set; printed once so a failure can be repeated.
 inline uint64_t run_seed() {

@@ -105,11 +105,7 @@ constexpr double kFullCheckWork = 3e8;
 
 // True when `kernel` can run on this device (k6: Hopper only).
 bool device_runs(fa::Kernel kernel) {
-  if (kernel != fa::Kernel::k6) return true;
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         major == 9;
+  return flashattn::testing::kernel_runs_here(kernel);
 }
 
 // The GPU families with a backward, and whether one is built for a (head_dim, head_dim_v).

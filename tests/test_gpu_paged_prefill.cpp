@@ -22,6 +22,8 @@ namespace fa = flashattn;
 
 namespace {
 
+using flashattn::testing::forward_and_sync;
+
 using fa_paged::PagedData;
 using fa_paged::PagedShape;
 using flashattn::testing::DeviceBuffer;
@@ -131,15 +133,6 @@ std::vector<T> download(const DeviceBuffer& b, size_t n) {
   return h;
 }
 
-bool run(const fa::ForwardParams& p, fa::Kernel kernel) {
-  const fa::Status s = fa::forward(p, kernel);
-  EXPECT_TRUE(s.ok()) << s.message;
-  if (!s.ok()) return false;
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
-
 class GpuPaged : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(GpuPaged, EqualsContiguousAndMatchesReference) {
@@ -152,8 +145,8 @@ TEST_P(GpuPaged, EqualsContiguousAndMatchesReference) {
   DeviceCase dev(data);
   ASSERT_TRUE(dev.ok());
   dev.upload(data);
-  ASSERT_TRUE(run(dev.device_params(data, false), c.kernel)) << case_name(c);
-  ASSERT_TRUE(run(dev.device_params(data, true), c.kernel)) << case_name(c);
+  ASSERT_TRUE(forward_and_sync(dev.device_params(data, false), c.kernel)) << case_name(c);
+  ASSERT_TRUE(forward_and_sync(dev.device_params(data, true), c.kernel)) << case_name(c);
 
   const auto out_c = download<uint16_t>(dev.out_c, dev.n_out + 1);
   const auto out_p = download<uint16_t>(dev.out_p, dev.n_out + 1);
@@ -185,11 +178,11 @@ TEST(GpuPagedRuns, AutoRepeatsBitwiseAndReplaysInAGraph) {
   dev.upload(data);
   const fa::ForwardParams p = dev.device_params(data, true);
   EXPECT_EQ(fa::select_kernel(p), flashattn::testing::expected_auto_kernel());
-  ASSERT_TRUE(run(p, fa::Kernel::automatic));
+  ASSERT_TRUE(forward_and_sync(p, fa::Kernel::automatic));
   const auto first = download<uint16_t>(dev.out_p, dev.n_out);
   for (int i = 0; i < 3; ++i) {
     dev.poison();
-    ASSERT_TRUE(run(p, fa::Kernel::automatic));
+    ASSERT_TRUE(forward_and_sync(p, fa::Kernel::automatic));
     EXPECT_EQ(download<uint16_t>(dev.out_p, dev.n_out), first) << "run " << i;
   }
 

@@ -27,6 +27,8 @@ namespace fa = flashattn;
 
 namespace {
 
+using flashattn::testing::forward_and_sync;
+
 using flashattn::testing::DeviceBuffer;
 using flashattn::testing::have_gpu;
 using flashattn::testing::run_seed;
@@ -99,16 +101,6 @@ struct Packed {
   int64_t row_stride() const { return int64_t(heads) * dim; }
   int64_t elems() const { return int64_t(total) * heads * dim; }
 };
-
-// Runs fa::forward on device buffers; returns false (with a test failure) on error.
-bool run_forward(const fa::ForwardParams& p, fa::Kernel kernel) {
-  const fa::Status s = fa::forward(p, kernel);
-  EXPECT_TRUE(s.ok()) << s.message;
-  if (!s.ok()) return false;
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
 
 class GpuVarlen : public ::testing::TestWithParam<size_t> {};
 
@@ -187,7 +179,7 @@ TEST_P(GpuVarlen, MatchesReferenceAndPerSequenceRuns) {
   p.cu_seqlens_k = static_cast<const int32_t*>(dck.ptr);
   p.total_q = q.total;
   p.total_k = k.total;
-  ASSERT_TRUE(run_forward(p, c.kernel)) << case_name(c);
+  ASSERT_TRUE(forward_and_sync(p, c.kernel)) << case_name(c);
 
   // The same sequences one by one, without cu_seqlens, into a second output.
   for (int b = 0; b < batch; ++b) {
@@ -209,7 +201,7 @@ TEST_P(GpuVarlen, MatchesReferenceAndPerSequenceRuns) {
     s.o.data = static_cast<uint16_t*>(dout1.ptr) + cu_q[b] * o.row_stride();
     // Non-varlen LSE is (1, heads_q, lq): a scratch region, scattered back below.
     s.lse = static_cast<float*>(dl1.ptr) + int64_t(c.hq) * cu_q[b];
-    ASSERT_TRUE(run_forward(s, c.kernel)) << case_name(c) << " sequence " << b;
+    ASSERT_TRUE(forward_and_sync(s, c.kernel)) << case_name(c) << " sequence " << b;
   }
 
   std::vector<uint16_t> out(o.elems()), out1(o.elems());

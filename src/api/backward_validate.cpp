@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/capabilities.h"
+#include "api/selection.h"
 #include "api/tensor_check.h"
 #include "api/validate.h"
 #include "common/backward_problem.h"
@@ -163,29 +164,19 @@ Status check_features(const BackwardParams& p, Kernel kernel, const KernelCaps& 
 }  // namespace
 
 Kernel select_kernel(const BackwardParams& p) {
-  // Host memory runs on the CPU backend; device memory on the fastest GPU family that accepts it.
-  if (p.q.data != nullptr) {
-    const Location q = locate(p.q.data);
-    if (q.host_ok && !q.device_ok) return Kernel::cpu;
-  }
-  for (Kernel k : kBackwardGpuPreference) {
-    if (backward_kernel_caps(k).built && can_implement(p, k).ok()) return k;
-  }
-  return Kernel::automatic;
+  return select_family(p.q.data, kBackwardGpuPreference, &backward_kernel_caps,
+                       [&](Kernel k) { return can_implement(p, k).ok(); });
 }
 
 Status can_implement(const BackwardParams& p, Kernel kernel) {
   if (Status s = check_shapes(p); !s.ok()) return s;
   if (kernel == Kernel::automatic) {
-    const Kernel chosen = select_kernel(p);
-    if (chosen == Kernel::automatic) {
-      // Report why the most capable candidate refused.
-      for (Kernel k : kBackwardGpuPreference) {
-        if (backward_kernel_caps(k).built) return can_implement(p, k);
-      }
-      return unsupported("kernel auto: no backward is built");
+    kernel = select_kernel(p);
+    if (kernel == Kernel::automatic) {
+      return refusal_of_auto(
+          kBackwardGpuPreference, &backward_kernel_caps,
+          [&](Kernel k) { return can_implement(p, k); }, "kernel auto: no backward is built");
     }
-    kernel = chosen;
   }
   const KernelCaps caps = backward_kernel_caps(kernel);
   if (!caps.built) {

@@ -11,6 +11,7 @@
 #include "api/validate.h"
 
 #include "api/capabilities.h"
+#include "api/selection.h"
 #include "api/tensor_check.h"
 #include "common/head_dims.h"
 #include "common/paged_kv.h"
@@ -300,29 +301,19 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
 }  // namespace
 
 Kernel select_kernel(const ForwardParams& p) {
-  // Host memory runs on the CPU backend; device memory on the fastest GPU family that accepts it.
-  if (p.q.data != nullptr) {
-    const Location q = locate(p.q.data);
-    if (q.host_ok && !q.device_ok) return Kernel::cpu;
-  }
-  for (Kernel k : kGpuPreference) {
-    if (kernel_caps(k).built && can_implement(p, k).ok()) return k;
-  }
-  return Kernel::automatic;
+  return select_family(p.q.data, kGpuPreference, &kernel_caps,
+                       [&](Kernel k) { return can_implement(p, k).ok(); });
 }
 
 Status can_implement(const ForwardParams& p, Kernel kernel) {
   if (Status s = check_shapes(p); !s.ok()) return s;
   if (kernel == Kernel::automatic) {
-    const Kernel chosen = select_kernel(p);
-    if (chosen == Kernel::automatic) {
-      // Report why the most capable candidate refused.
-      for (Kernel k : kGpuPreference) {
-        if (kernel_caps(k).built) return can_implement(p, k);
-      }
-      return unsupported("kernel auto: no kernel family is built");
+    kernel = select_kernel(p);
+    if (kernel == Kernel::automatic) {
+      return refusal_of_auto(
+          kGpuPreference, &kernel_caps, [&](Kernel k) { return can_implement(p, k); },
+          "kernel auto: no kernel family is built");
     }
-    kernel = chosen;
   }
   const KernelCaps caps = kernel_caps(kernel);
   if (!caps.built) {
