@@ -117,8 +117,8 @@ const std::vector<Rule>& shape_rules() {
        "seqlen_q: must be in [1, 16]"},
       {"gqa_not_multiple", false, [](HostDecode& h) { h.p.heads_kv = 3; },
        "heads_q: must be a multiple of heads_kv"},
-      {"head_dim_96", false, [](HostDecode& h) { h.p.head_dim = 96; },
-       "head_dim: decode supports 64, 128 or 256"},
+      {"head_dim_80", false, [](HostDecode& h) { h.p.head_dim = 80; },
+       "head_dim: decode supports 64, 96, 128, 192 or 256, got 80"},
       {"scale_nan", false, [](HostDecode& h) { h.p.softmax_scale = NAN; },
        "softmax_scale: must be finite"},
       {"softcap_negative", false, [](HostDecode& h) { h.p.softcap = -1.f; },
@@ -243,12 +243,12 @@ const std::vector<Rule>& shape_rules() {
          h.p.kv_scale_layout = static_cast<fa::KvScaleLayout>(2);
        },
        "kv_scale_layout: must be per_tensor or per_kv_head, got 2"},
-      {"e4m3_head_dim_96", true,
+      {"e4m3_head_dim_160", true,
        [](HostDecode& h) {
          h.fp8();
-         h.p.head_dim = 96;
+         h.p.head_dim = 160;
        },
-       "head_dim: decode supports 64, 128 or 256"},
+       "head_dim: decode supports 64, 96, 128, 192 or 256, got 160"},
   };
   return r;
 }
@@ -447,6 +447,21 @@ TEST(DecodeValidation, Fp8CacheIsE4m3Only) {
   EXPECT_EQ(fa::decode(h.p).code, fa::StatusCode::unsupported);
   h.p.seqlen_q = 0;  // a broken rule is reported before the missing kernel
   EXPECT_EQ(fa::check_decode_shapes(h.p).code, fa::StatusCode::invalid_argument);
+}
+
+// Every decode head dim passes the shape rules with a 16-bit and an e4m3 cache, paged and
+// contiguous (the shape rules read no memory: the d 64 buffers serve as placeholders).
+TEST(DecodeValidation, EveryDecodeHeadDimPassesTheShapeRules) {
+  for (int d : {64, 96, 128, 192, 256})
+    for (bool paged : {false, true})
+      for (bool e4m3 : {false, true}) {
+        HostDecode h(paged);
+        if (e4m3) h.fp8();
+        h.p.head_dim = d;
+        const fa::Status s = fa::check_decode_shapes(h.p);
+        EXPECT_TRUE(s.ok()) << "d " << d << " paged " << paged << " e4m3 " << e4m3 << ": "
+                            << s.message;
+      }
 }
 
 // The FP8 cache's memory rules: the scales' alignment (naming the count the layout asks for),

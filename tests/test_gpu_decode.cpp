@@ -19,11 +19,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/head_dims.h"
 #include "common/host_dtype.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/reference.h"
@@ -38,6 +40,17 @@ using flashattn::testing::have_gpu;
 using flashattn::testing::run_seed;
 
 constexpr uint16_t kNaN = 0xFFFF;
+// Every head dim decode is built for: the grids below cover each of them.
+constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
+constexpr bool covers_decode_head_dims() {
+  if (std::size(kHeadDims) != std::size(fa::kDecodeHeadDims)) return false;
+  for (const fa::HeadDims& h : fa::kDecodeHeadDims) {
+    if (std::find(std::begin(kHeadDims), std::end(kHeadDims), h.qk) == std::end(kHeadDims))
+      return false;
+  }
+  return true;
+}
+static_assert(covers_decode_head_dims(), "kHeadDims must list every kDecodeHeadDims pair");
 
 struct Case {
   fa::DType dtype;
@@ -473,7 +486,7 @@ std::vector<Case> grid() {
   const int splits[] = {0, 1, 5, 128};
   int i = 0;
   for (D dtype : {D::bf16, D::fp16})
-    for (int d : {64, 128, 256})
+    for (int d : kHeadDims)
       for (int ps : {0, 1, 16, 64, 256}) {
         for (int rep = 0; rep < 2; ++rep, ++i) {
           const Heads hd = heads[i % 5];
@@ -502,7 +515,7 @@ std::vector<Case> grid() {
   int j = 0;
   for (float cap : {5.f, 30.f, 50.f})
     for (D dtype : {D::bf16, D::fp16})
-      for (int d : {64, 128, 256}) {
+      for (int d : kHeadDims) {
         const Heads hd = heads[j % 5];
         const M m = masks[j % 4];
         Case c{dtype, d, hd.hq, hd.hkv, sqs[j % 4], lengths[j % 5], (j % 2) ? 16 : 0,
@@ -517,7 +530,7 @@ std::vector<Case> grid() {
   // contiguous, GQA and MQA, seqlen_new 0, 1 and 3, splits, large logits.
   int r = 0;
   for (D dtype : {D::bf16, D::fp16})
-    for (int d : {64, 128, 256})
+    for (int d : kHeadDims)
       for (bool interleaved : {true, false}) {
         const Heads hd = heads[r % 5];
         const M m = masks[r % 4];
@@ -536,7 +549,7 @@ std::vector<Case> grid() {
   // masks, splits, softcap, rotary on some, large logits.
   int f = 0;
   for (D dtype : {D::bf16, D::fp16})
-    for (int d : {64, 128, 256})
+    for (int d : kHeadDims)
       for (int layout : {1, 2}) {
         const Heads hd = heads[f % 5];
         const M m = masks[f % 4];
@@ -603,24 +616,25 @@ INSTANTIATE_TEST_SUITE_P(Grid, GpuDecode, ::testing::Range<size_t>(0, all_cases(
 // outputs and LSE (same splits, same tiles, same arithmetic; only the addresses differ).
 TEST(GpuDecodeLayouts, PagedEqualsContiguousBitwise) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (int ps : {1, 16, 64, 256}) {
-    for (int num_splits : {0, 3}) {
-      Case c{fa::DType::bf16, 128,   32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
-             num_splits,      false, 1.f, 4096};
-      const uint64_t seed = run_seed() + ps;
-      Host contiguous, paged;
-      build(c, seed, contiguous);
-      c.page_size = ps;
-      build(c, seed, paged);
-      run(contiguous);
-      run(paged);
-      if (HasFatalFailure()) return;
-      EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0)
-          << "page size " << ps << " splits " << num_splits;
-      EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
-          << "page size " << ps << " splits " << num_splits;
+  for (int d : kHeadDims)
+    for (int ps : {1, 16, 64, 256}) {
+      for (int num_splits : {0, 3}) {
+        Case c{fa::DType::bf16, d,     32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
+               num_splits,      false, 1.f, 4096};
+        const uint64_t seed = run_seed() + ps + 7 * d;
+        Host contiguous, paged;
+        build(c, seed, contiguous);
+        c.page_size = ps;
+        build(c, seed, paged);
+        run(contiguous);
+        run(paged);
+        if (HasFatalFailure()) return;
+        EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0)
+            << "d " << d << " page size " << ps << " splits " << num_splits;
+        EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
+            << "d " << d << " page size " << ps << " splits " << num_splits;
+      }
     }
-  }
 }
 
 // FP8 cache: paged == contiguous bitwise, as for 16-bit caches; and, with power-of-two scales,
@@ -628,48 +642,51 @@ TEST(GpuDecodeLayouts, PagedEqualsContiguousBitwise) {
 // exactly and a power-of-two scale multiplies exactly wherever it is applied).
 TEST(GpuDecodeFp8, PagedEqualsContiguousAndSixteenBitOnTheDequantisedCache) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (int layout : {1, 2})
-    for (int ps : {1, 16, 256})
-      for (int num_splits : {0, 3}) {
-        Case c{fa::DType::bf16, 128,   32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
-               num_splits,      false, 1.f, 4096};
-        c.fp8 = layout;
-        const uint64_t seed = run_seed() + ps + 17 * layout;
-        Host contiguous, paged, sixteen;
-        build(c, seed, contiguous);
-        c.page_size = ps;
-        build(c, seed, paged);
-        run(contiguous);
-        run(paged);
-        if (HasFatalFailure()) return;
-        const std::string at = "layout " + std::to_string(layout) + " page size " +
-                               std::to_string(ps) + " splits " + std::to_string(num_splits);
-        EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
-        EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
-            << at;
-        // The same call on a 16-bit cache holding the dequantised cache after the append, with
-        // nothing appended. Fixed splits only: the heuristic's choice depends on each kernel's
-        // occupancy, and their shared memory differs.
-        if (num_splits == 0) continue;
-        sixteen = paged;
-        sixteen.k = paged.k_expect;
-        sixteen.v = paged.v_expect;
-        sixteen.k8.clear();
-        sixteen.v8.clear();
-        sixteen.ks.clear();
-        sixteen.vs.clear();
-        sixteen.p.cache_dtype.reset();
-        sixteen.p.k_scale = sixteen.p.v_scale = nullptr;
-        sixteen.p.k_new.data = sixteen.p.v_new.data = nullptr;
-        sixteen.p.seqlen_new = 0;
-        for (int32_t& l : sixteen.seqlens) l += 1;  // the appended row is now in the cache
-        sixteen.p.cache_seqlens = sixteen.seqlens.data();
-        sixteen.p.page_table = sixteen.table.data();
-        run(sixteen);
-        if (HasFatalFailure()) return;
-        EXPECT_EQ(std::memcmp(sixteen.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
-        EXPECT_EQ(std::memcmp(sixteen.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0) << at;
-      }
+  for (int d : kHeadDims)
+    for (int layout : {1, 2})
+      for (int ps : {1, 16, 256})
+        for (int num_splits : {0, 3}) {
+          Case c{fa::DType::bf16, d,     32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
+                 num_splits,      false, 1.f, 4096};
+          c.fp8 = layout;
+          const uint64_t seed = run_seed() + ps + 17 * layout + 7 * d;
+          Host contiguous, paged, sixteen;
+          build(c, seed, contiguous);
+          c.page_size = ps;
+          build(c, seed, paged);
+          run(contiguous);
+          run(paged);
+          if (HasFatalFailure()) return;
+          const std::string at = "d " + std::to_string(d) + " layout " + std::to_string(layout) +
+                                 " page size " + std::to_string(ps) + " splits " +
+                                 std::to_string(num_splits);
+          EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
+          EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
+              << at;
+          // The same call on a 16-bit cache holding the dequantised cache after the append, with
+          // nothing appended. Fixed splits only: the heuristic's choice depends on each kernel's
+          // occupancy, and their shared memory differs.
+          if (num_splits == 0) continue;
+          sixteen = paged;
+          sixteen.k = paged.k_expect;
+          sixteen.v = paged.v_expect;
+          sixteen.k8.clear();
+          sixteen.v8.clear();
+          sixteen.ks.clear();
+          sixteen.vs.clear();
+          sixteen.p.cache_dtype.reset();
+          sixteen.p.k_scale = sixteen.p.v_scale = nullptr;
+          sixteen.p.k_new.data = sixteen.p.v_new.data = nullptr;
+          sixteen.p.seqlen_new = 0;
+          for (int32_t& l : sixteen.seqlens) l += 1;  // the appended row is now in the cache
+          sixteen.p.cache_seqlens = sixteen.seqlens.data();
+          sixteen.p.page_table = sixteen.table.data();
+          run(sixteen);
+          if (HasFatalFailure()) return;
+          EXPECT_EQ(std::memcmp(sixteen.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
+          EXPECT_EQ(std::memcmp(sixteen.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
+              << at;
+        }
 }
 
 // Repeated runs give bitwise identical results (no races, no order-dependent reductions).

@@ -93,7 +93,7 @@ struct DecodeParams {
   int seqlen_q = 0;  // 1..16
   int heads_q = 0;
   int heads_kv = 0;  // heads_q must be a multiple of it
-  int head_dim = 0;  // 64, 128 or 256
+  int head_dim = 0;  // 64, 96, 128, 192 or 256
 
   TensorRef q;
   MutableTensorRef o;

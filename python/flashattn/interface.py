@@ -102,7 +102,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     """Decode: a few new query tokens against a KV cache, as flash-attn's function of this name
     (without its alibi and cache_leftpad arguments). CUDA tensors only.
 
-    q: (batch, seqlen_q, heads_q, head_dim), seqlen_q 1..16. k_cache, v_cache: (batch_cache,
+    q: (batch, seqlen_q, heads_q, head_dim), seqlen_q 1..16, head_dim 64, 96, 128, 192 or 256
+    (bf16/fp16 and e4m3 caches alike). k_cache, v_cache: (batch_cache,
     seqlen_cache, heads_kv, head_dim), or paged (num_blocks, page_block_size, heads_kv,
     head_dim) with block_table (batch, max_blocks) int32; their last dimension must be contiguous.
     k, v: optional (batch, seqlen_new, heads_kv, head_dim): written into the caches in place at

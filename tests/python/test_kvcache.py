@@ -117,6 +117,8 @@ CASES = [
     (2, 6, 1, 64, 3, [200, 513], 2, 0, True, torch.float16, True, (-1, -1), 3),
     (4, 16, 16, 256, 2, [64, 1, 700, 90], 1, 64, False, torch.float16, True, (40, 0), 1),
     (1, 8, 2, 64, 16, [2047], 0, 256, False, torch.bfloat16, False, (100, 3), 0),
+    (3, 8, 2, 96, 1, [300, 0, 1000], 1, 0, True, torch.bfloat16, True, (-1, -1), 3),
+    (2, 12, 4, 192, 2, [700, 33], 2, 16, False, torch.float16, False, (-1, -1), 0),
 ]
 
 
@@ -335,14 +337,15 @@ def test_fp8_cache_bad_arguments(change, says):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("d", [128, 96, 192])
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("page_size", [0, 16])
-def test_fp8_cache_equals_sixteen_bit_on_the_dequantised_cache(per_head, page_size):
+def test_fp8_cache_equals_sixteen_bit_on_the_dequantised_cache(per_head, page_size, d):
     """With power-of-two scales the e4m3 cache's values are exact in bf16: the FP8 call must equal,
     bitwise, the bf16 call on the dequantised cache (fixed splits), and the appended rows must be
     e4m3 of (k / scale) rounded to nearest even (torch's cast; values kept inside +-448)."""
     torch.manual_seed(20)
-    b, hq, hkv, d, cap = 2, 8, 2, 128, 96
+    b, hq, hkv, cap = 2, 8, 2, 96
     ks = torch.tensor([0.5, 2.0] if per_head else [0.5], device="cuda")
     vs = torch.tensor([0.25, 1.0] if per_head else [0.25], device="cuda")
     rows = b * cap // page_size if page_size else b

@@ -51,6 +51,7 @@ struct Config {
   static constexpr int kCopiesPerLane = kBlockN * kKvChunks / 32;
   // Q fragments stay in registers up to hd 128 (32 registers); at 256 they would push the warp
   // past 255 registers with the 128-register O accumulator, so they are re-read from shared memory.
+  // hd 192 (48 of Q, 96 of O) follows 256: keeping Q there was not measured.
   static constexpr bool kQInRegisters = kHeadDim <= 128;
   static constexpr int kMergeStride = kHeadDim + 4;  // floats; +4 staggers rows across banks
   static constexpr int kQBytes = kRows * kHeadDim * 2;
@@ -64,10 +65,21 @@ struct Config {
 };
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] tile. The XOR spreads
-// the eight rows one ldmatrix phase reads over eight different bank groups.
+// the eight rows one ldmatrix phase reads (eight consecutive rows, one chunk column) over the eight
+// 16-byte bank groups of a 128-byte line. Rows of 8k chunks (hd 64, 128, 192, 256) start on a line:
+// XOR the chunk with row % 8. Rows of 8k + 4 chunks (hd 96: 12) alternate between the two halves
+// of a line, so row parity already separates two groups of four; the XOR stays inside the chunk's
+// aligned four (a chunk index past the row would otherwise land in the next row) and takes
+// (row / 2) % 4, which differs across the four rows of each parity.
 template <int kHeadDim>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
+  constexpr int kChunks = kHeadDim / 8;
+  static_assert(kChunks % 4 == 0, "decode tiles are built for head dims that are multiples of 32");
+  if constexpr (kChunks % 8 == 0) {
+    return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
+  } else {
+    return row * kHeadDim + ((chunk ^ ((row >> 1) & 3)) << 3);
+  }
 }
 
 // Element offset of 16-byte chunk `chunk` of cache row `row` in a ring tile: the swizzle for
