@@ -494,6 +494,61 @@ TEST(DecodeValidation, Fp8MemoryRules) {
   says(e, "k_scale: overlaps v_cache, which the append writes");
 }
 
+// decode_check_errors' report of a record read back from the device (decode_error_status): the
+// error of the first kind in DecodeErrorKind's order (a bad length before the pages it makes look
+// bad) in check_decode_indices' words, the other kinds named, nothing when no entry is claimed.
+TEST(DecodeErrors, RecordsAreReportedRootCauseFirst) {
+  fa::DecodeErrorRecord r;
+  EXPECT_TRUE(fa::decode_error_status(r).ok());
+  const auto says = [](const fa::DecodeErrorRecord& rec, const std::string& what) {
+    const fa::Status s = fa::decode_error_status(rec);
+    EXPECT_EQ(s.code, fa::StatusCode::invalid_argument);
+    EXPECT_EQ(s.message.rfind(what, 0), 0u) << "message was \"" << s.message << "\"";
+    return s.message;
+  };
+  const auto set = [](fa::DecodeErrorRecord& rec, int kind, int b, int index, int value,
+                      int limit, int seqlen_new) {
+    rec.by_kind[kind] = {1, b, index, value, limit, seqlen_new};
+  };
+  fa::DecodeErrorRecord page;
+  set(page, fa::kDecodeErrorPage, 1, 3, 99999, 20, 0);
+  const std::string m = says(
+      page, "page_table[1][3]: page 99999 is outside [0, num_pages = 20) and was read as zeros "
+            "(met by a decode kernel with check_indices off; that call's result is unspecified)");
+  EXPECT_EQ(m.find("also bad"), std::string::npos) << m;
+
+  fa::DecodeErrorRecord len = page;  // a length error and the page error it caused
+  set(len, fa::kDecodeErrorSeqlen, 2, 0, 4096, 4096, 1);
+  const std::string both =
+      says(len, "cache_seqlens[2]: 4096 + seqlen_new 1 exceeds the cache capacity 4096 (met by");
+  EXPECT_NE(both.find("; also bad since the last check: page_table"), std::string::npos) << both;
+  set(len, fa::kDecodeErrorSeqlen, 2, 0, -3, 4096, 1);
+  says(len, "cache_seqlens[2]: must be >= 0, got -3 (met by");
+
+  fa::DecodeErrorRecord row = page;
+  set(row, fa::kDecodeErrorCacheRow, 0, 0, -1, 5, 0);
+  const std::string two = says(row, "cache_batch_idx[0]: -1 is outside [0, cache_batch = 5)");
+  EXPECT_NE(two.find("also bad since the last check: page_table"), std::string::npos) << two;
+  set(row, fa::kDecodeErrorSeqlen, 4, 0, 7, 6, 0);
+  const std::string all = says(row, "cache_seqlens[4]: 7 + seqlen_new 0 exceeds");
+  EXPECT_NE(all.find("also bad since the last check: cache_batch_idx, page_table"),
+            std::string::npos)
+      << all;
+}
+
+// Without a device there is nothing to check: unsupported, as decode() is. With one (these CPU
+// tests launch no decode), nothing was recorded.
+TEST(DecodeErrors, CheckNeedsADevice) {
+  const fa::Status s = fa::decode_check_errors();
+  if (flashattn::testing::have_gpu()) {
+    EXPECT_TRUE(s.ok()) << s.message;
+  } else {
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_NE(s.message.find("decode_check_errors: needs a CUDA device"), std::string::npos)
+        << s.message;
+  }
+}
+
 TEST(DecodeValidation, HostMemoryIsRefused) {
   HostDecode h(false);
   const fa::Status s = fa::can_implement(h.p);

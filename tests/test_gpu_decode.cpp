@@ -778,9 +778,11 @@ TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
 }
 
 // Bad indices in device memory are refused before anything is launched: the output keeps its
-// poison and the cache is untouched.
+// poison and the cache is untouched. Unchecked, the same call runs, and decode_check_errors then
+// reports the same entry in the same words, once.
 TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  (void)fa::decode_check_errors();  // whatever an earlier test left
   struct Bad {
     const char* says;
     std::function<void(Host&)> mutate;
@@ -811,13 +813,109 @@ TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {
     ASSERT_EQ(cudaMemcpy(k_after.data(), d.k.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
               cudaSuccess);
     EXPECT_TRUE(k_after == h.k) << "a refused call wrote the cache";
+    EXPECT_TRUE(fa::decode_check_errors().ok()) << "a refused call recorded an error";
 
     // Unchecked (check_indices off), the same bad input must still not fault: out-of-range pages
-    // and lengths are never dereferenced.
+    // and lengths are never dereferenced. The kernel records what it met.
     p.check_indices = false;
     EXPECT_TRUE(fa::decode(p).ok());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const fa::Status e = fa::decode_check_errors();
+    EXPECT_EQ(e.code, fa::StatusCode::invalid_argument) << e.message;
+    EXPECT_EQ(e.message.rfind(bad.says, 0), 0u) << e.message;
+    EXPECT_NE(e.message.find("check_indices off"), std::string::npos) << e.message;
+    const fa::Status again = fa::decode_check_errors();
+    EXPECT_TRUE(again.ok()) << "the record was not cleared: " << again.message;
   }
+}
+
+// decode_check_errors on a contiguous cache (a cache_batch_idx row and a negative length), after
+// good unchecked calls (nothing recorded, with one and several splits, an FP8 cache too), and
+// after CUDA graph replays (the kernel records when replayed; the check refuses a capturing
+// stream and reports on the replay stream).
+TEST(GpuDecodeErrors, ReportedAfterUncheckedCallsAndGraphReplays) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  (void)fa::decode_check_errors();
+  const auto unchecked = [](OnDevice& d) {
+    fa::DecodeParams p = d.p;
+    p.check_indices = false;
+    const fa::Status s = fa::decode(p);
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  const auto reports = [](const std::string& what) {
+    const fa::Status e = fa::decode_check_errors();
+    EXPECT_EQ(e.code, fa::StatusCode::invalid_argument) << e.message;
+    EXPECT_EQ(e.message.rfind(what, 0), 0u) << e.message;
+    EXPECT_TRUE(fa::decode_check_errors().ok());
+  };
+  for (int fp8 : {0, 1})
+    for (int splits : {1, 4}) {
+      Case c{fa::DType::fp16, 128,    8,   2, 2, {100, 50, 10}, 0, 1, true, -1, -1,
+             splits,          true, 1.f, 512};
+      c.fp8 = fp8;
+      Host good;
+      build(c, run_seed() + 31, good);
+      OnDevice g(good);
+      if (HasFatalFailure()) return;
+      unchecked(g);
+      const fa::Status none = fa::decode_check_errors();
+      EXPECT_TRUE(none.ok()) << "fp8 " << fp8 << " splits " << splits << ": " << none.message;
+
+      Host row = good;
+      row.idx[1] = 7;  // the cache has batch + 2 = 5 rows
+      OnDevice r(row);
+      if (HasFatalFailure()) return;
+      unchecked(r);
+      reports("cache_batch_idx[1]: 7 is outside [0, cache_batch = 5)");
+
+      Host neg = good;
+      neg.seqlens[0] = -3;
+      OnDevice n(neg);
+      if (HasFatalFailure()) return;
+      unchecked(n);
+      reports("cache_seqlens[0]: must be >= 0, got -3");
+    }
+
+  // Graph capture of an unchecked call with a bad page: nothing is recorded at capture, the
+  // check refuses the capturing stream, and each replay records.
+  const Case c{fa::DType::bf16, 64, 8, 2, 1, {100, 50, 10}, 16, 1, false, -1, -1, 0, false, 1.f,
+               4096};
+  Host h;
+  build(c, run_seed() + 37, h);
+  h.table[2 * h.p.max_pages + 0] = -1;
+  OnDevice d(h);
+  if (HasFatalFailure()) return;
+  fa::DecodeParams p = d.p;
+  p.check_indices = false;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  p.stream = stream;
+  ASSERT_TRUE(fa::decode(p).ok());  // eager first: the graph then captures a warm path
+  ASSERT_EQ(fa::decode_check_errors(stream).code, fa::StatusCode::invalid_argument);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const fa::Status captured = fa::decode(p);
+  const fa::Status during = fa::decode_check_errors(stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(captured.ok()) << captured.message;
+  EXPECT_EQ(during.code, fa::StatusCode::invalid_argument) << during.message;
+  EXPECT_NE(during.message.find("stream: is capturing a CUDA graph"), std::string::npos)
+      << during.message;
+  EXPECT_TRUE(fa::decode_check_errors(stream).ok()) << "capture alone recorded an error";
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    const fa::Status e = fa::decode_check_errors(stream);
+    EXPECT_EQ(e.code, fa::StatusCode::invalid_argument) << e.message;
+    EXPECT_EQ(e.message.rfind("page_table[2][0]: page -1 is outside [0, num_pages = ", 0), 0u)
+        << e.message;
+  }
+  EXPECT_TRUE(fa::decode_check_errors(stream).ok());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 // A rotary table that does not cover a position is refused (check_indices) before anything is

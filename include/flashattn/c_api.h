@@ -221,6 +221,12 @@ FLASHATTN_C_EXPORT int flashattn_c_decode_can_implement(const flashattn_c_decode
 /* sizeof(flashattn_c_decode_params) in this library. */
 FLASHATTN_C_EXPORT size_t flashattn_c_decode_params_size(void);
 
+/* flashattn::decode_check_errors (decode.h): waits for `stream` (a cudaStream_t, NULL: the legacy
+ * default stream), then reports and clears the bad indices decode kernels met with
+ * check_indices = 0 on the current device. FLASHATTN_C_OK when there were none,
+ * FLASHATTN_C_INVALID_ARGUMENT naming the first bad entry when there were. */
+FLASHATTN_C_EXPORT int flashattn_c_decode_check_errors(void* stream, char* err, size_t err_len);
+
 /* The backward parameters (flashattn::BackwardParams, backward.h; `struct_size` as above):
  * 64 bytes of 32-bit fields, then pointers and 64-bit strides, no implicit padding (432 bytes on
  * LP64 in version 1; version 2 appends `softcap` and `reserved2`, 440). Strides are in elements, ordered (batch, seqlen, heads, dim); with

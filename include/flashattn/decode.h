@@ -24,12 +24,18 @@
 // (cudaMemcpyAsync + cudaStreamSynchronize: the call blocks until the work queued before it is
 // done) and refuses a page-table entry outside [0, num_pages) for a page that would be read, a
 // cache_batch_idx outside [0, cache_batch), and cache_seqlens[b] + seqlen_new beyond the cache.
-// Host-side checking was chosen over an in-kernel error flag because a flag can only be read after
-// a synchronisation too, and by then the kernel has run: a Status before any launch is the only
+// Host-side checking is the default because an in-kernel flag can only be read after a
+// synchronisation too, and by then the kernel has run: a Status before any launch is the only
 // way to refuse bad indices with nothing read or written. Callers in a decode loop whose indices
 // are known good set check_indices = false: no copy, no synchronisation. The kernels then still
 // never read outside the cache (an out-of-range page or cache row is not loaded and counts as
-// zeros), but the result for such input is unspecified.
+// zeros), the result for such input is unspecified, and the split kernel records what it met in a
+// small per-device record: a cache_seqlens[b] + seqlen_new outside [0, capacity], a
+// cache_batch_idx[b] outside [0, cache_batch), a page-table entry outside [0, num_pages) for a page
+// it read (with a window, pages no query sees are not read, so not checked). decode_check_errors()
+// (below) synchronises once and reports it, so a serving loop can check once per batch of steps.
+// The record is shared by every stream of the device and read-and-cleared by that call; an error
+// recorded by a kernel still running on another stream while it clears may be lost.
 //
 // Rotary position embedding (flash_attn_with_kvcache's rotary_cos / rotary_sin): with both tables
 // given, q and k_new are rotated before anything else happens, into copies in the library's
@@ -151,6 +157,13 @@ Status can_implement(const DecodeParams& params);
 
 // Validates, then appends k_new/v_new (if given) and runs split-KV attention on `stream`.
 Status decode(const DecodeParams& params);
+
+// The index errors decode kernels met since the last call (check_indices = false; see the header
+// comment): waits for `stream` (a cudaStream_t; null: the legacy default stream), then reads and
+// clears the current device's record. success when there were none; invalid_argument naming the
+// first bad entry (and the kinds of any others) when there were; unsupported without a device.
+// It synchronises, so it refuses a stream that is capturing a CUDA graph: check after a replay.
+Status decode_check_errors(void* stream = nullptr);
 
 // Dense strides for q, o (batch, seqlen_q, heads_q, head_dim), k_new/v_new, and the cache:
 // (cache_batch or batch, cache_seqlen, ...) when contiguous, (num_pages, page_size, ...) when

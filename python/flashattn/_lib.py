@@ -261,6 +261,8 @@ def _declare(lib):
         "flashattn_c_decode_can_implement": (ctypes.c_int,
                                              [D, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_decode_params_size": (ctypes.c_size_t, []),
+        "flashattn_c_decode_check_errors": (ctypes.c_int,
+                                            [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_backward": (ctypes.c_int, [B, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_backward_can_implement": (ctypes.c_int,
                                                [B, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
@@ -386,6 +388,14 @@ def decode(params):
     """Runs flashattn_c_decode; raises ValueError/UnsupportedError/RuntimeError on refusal."""
     err = ctypes.create_string_buffer(_ERR_LEN)
     code = lib().flashattn_c_decode(ctypes.byref(params), err, _ERR_LEN)
+    _raise_for(code, err.value.decode(errors="replace"))
+
+
+def decode_check_errors(stream):
+    """Runs flashattn_c_decode_check_errors on `stream` (a cudaStream_t as an int; 0: the legacy
+    default stream); raises ValueError/UnsupportedError/RuntimeError as decode() does."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_decode_check_errors(ctypes.c_void_p(stream or None), err, _ERR_LEN)
     _raise_for(code, err.value.decode(errors="replace"))
 
 

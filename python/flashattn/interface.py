@@ -15,7 +15,7 @@ GPU). The returned LSE carries no gradient (lse.requires_grad is False).
 """
 import torch
 
-from . import _checks, ops
+from . import _checks, _lib, ops
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -149,3 +149,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                sinks, float(softcap), rotary_cos, rotary_sin,
                                bool(rotary_interleaved), k_scale, v_scale)
     return (out, lse) if return_softmax_lse else out
+
+
+def kvcache_check_errors(device=None):
+    """Reports the bad indices flash_attn_with_kvcache met with check_indices=False (C++:
+    flashattn::decode_check_errors). Unchecked, a cache_seqlens[b] + seqlen_new outside the cache,
+    a cache_batch_idx outside it or a block_table entry outside [0, num_blocks) for a block that
+    was read is read as zeros and the call's result is unspecified; the kernel records it on the
+    device. This waits for the current stream of `device` (default: the current device), then
+    raises ValueError naming the first bad entry (and the kinds of any others) and clears the
+    record, or returns None when there were none. One call per batch of decode steps costs one
+    synchronisation; not inside CUDA graph capture (check after a replay).
+    """
+    if not torch.cuda.is_available():
+        _lib.decode_check_errors(0)  # raises UnsupportedError: no device
+        return
+    with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+        _lib.decode_check_errors(torch.cuda.current_stream().cuda_stream)

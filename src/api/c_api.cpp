@@ -439,6 +439,10 @@ size_t flashattn_c_decode_params_size(void) {
   return sizeof(flashattn_c_decode_params);
 }
 
+int flashattn_c_decode_check_errors(void* stream, char* err, size_t err_len) {
+  return fa::guarded(err, err_len, [&] { return fa::decode_check_errors(stream); });
+}
+
 int flashattn_c_backward(const flashattn_c_bwd_params* params, int kernel, char* err,
                          size_t err_len) {
   return fa::call_bwd(params, kernel, err, err_len,

@@ -389,4 +389,35 @@ Status can_implement(const DecodeParams& p) {
                               p.cache_batch_idx ? idx.data() : nullptr);
 }
 
+Status decode_error_status(const DecodeErrorRecord& r) {
+  const char* const names[kDecodeErrorKinds] = {"cache_seqlens", "cache_batch_idx", "page_table"};
+  int first = -1;
+  std::string others;
+  for (int kind = 0; kind < kDecodeErrorKinds; ++kind) {
+    if (r.by_kind[kind].seen == 0) continue;
+    if (first < 0) {
+      first = kind;
+    } else {
+      others += others.empty() ? names[kind] : std::string(", ") + names[kind];
+    }
+  }
+  if (first < 0) return Status::success();
+  const DecodeErrorEntry& e = r.by_kind[first];
+  const std::string b = str(e.batch), v = str(e.value), limit = str(e.limit);
+  std::string message;
+  if (first == kDecodeErrorSeqlen) {
+    message = e.value < 0 ? "cache_seqlens[" + b + "]: must be >= 0, got " + v
+                          : "cache_seqlens[" + b + "]: " + v + " + seqlen_new " +
+                                str(e.seqlen_new) + " exceeds the cache capacity " + limit;
+  } else if (first == kDecodeErrorCacheRow) {
+    message = "cache_batch_idx[" + b + "]: " + v + " is outside [0, cache_batch = " + limit + ")";
+  } else {
+    message = "page_table[" + b + "][" + str(e.index) + "]: page " + v +
+              " is outside [0, num_pages = " + limit + ") and was read as zeros";
+  }
+  message += " (met by a decode kernel with check_indices off; that call's result is unspecified)";
+  if (!others.empty()) message += "; also bad since the last check: " + others;
+  return invalid(message);
+}
+
 }  // namespace flashattn

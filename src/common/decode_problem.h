@@ -19,6 +19,30 @@ inline constexpr int kDecodeRowsPerBlock = 16;
 inline constexpr int kDecodeKeysPerTile = 16;
 inline constexpr int kDecodeMaxSplits = 128;
 
+// An index a decode kernel found out of range with check_indices off (decode.h,
+// decode_check_errors): the kernels then read zeros in its place and record it here. One record
+// per device, in device memory the library owns, with one entry per kind: the first kernel to
+// claim an entry (seen 0 -> 1) describes its error, later ones of that kind are not kept. The
+// host reports the kinds in this order, the root cause first: a bad length also makes the kernel
+// read the page-table entries past the sequence's true end, which then look bad too.
+enum DecodeErrorKind : int32_t {
+  kDecodeErrorSeqlen = 0,    // cache_seqlens[batch] + seqlen_new outside [0, limit = capacity]
+  kDecodeErrorCacheRow = 1,  // cache_batch_idx[batch] outside [0, limit = cache rows)
+  kDecodeErrorPage = 2,      // page_table[batch][index] outside [0, limit = num_pages)
+  kDecodeErrorKinds = 3,
+};
+struct DecodeErrorEntry {
+  int32_t seen = 0;
+  int32_t batch = 0;
+  int32_t index = 0;       // page_table: the column of the page; else 0
+  int32_t value = 0;       // the entry read
+  int32_t limit = 0;       // the bound it broke
+  int32_t seqlen_new = 0;  // the call's seqlen_new (kDecodeErrorSeqlen)
+};
+struct DecodeErrorRecord {
+  DecodeErrorEntry by_kind[kDecodeErrorKinds];
+};
+
 struct DecodeProblem {
   DType dtype = DType::bf16;
   int batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
@@ -77,6 +101,8 @@ struct DecodeProblem {
   bool rotary_q_per_token = false;  // causal or local: query token i at cache_seqlens[b] + i
   void* q_rotated = nullptr;
   void* k_new_rotated = nullptr;
+
+  DecodeErrorRecord* errors = nullptr;  // where the kernels record bad indices (null: nowhere)
 
   void* stream = nullptr;
 };

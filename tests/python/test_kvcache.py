@@ -166,6 +166,37 @@ def test_bad_indices_refused_when_checked():
 
 
 @pytest.mark.gpu
+def test_unchecked_bad_indices_are_reported_by_kvcache_check_errors():
+    """check_indices=False (the default) runs bad indices as zeros; the kernel records the first
+    bad entry and kvcache_check_errors() reports it once (then the record is clear)."""
+    try:
+        flashattn.kvcache_check_errors()  # whatever an earlier test left
+    except ValueError:
+        pass
+    kwargs, _, _ = _case(2, 8, 2, 64, 1, [10, 20], 1, 16, False, torch.bfloat16)
+    flash_attn_with_kvcache(**kwargs)
+    flashattn.kvcache_check_errors()  # good indices: nothing recorded
+    kwargs["block_table"][1, 0] = 99999
+    flash_attn_with_kvcache(**kwargs)  # runs: the bad page reads as zeros
+    with pytest.raises(ValueError, match=r"page_table\[1\]\[0\]: page 99999 is outside"):
+        flashattn.kvcache_check_errors()
+    flashattn.kvcache_check_errors()
+    kwargs["block_table"][1, 0] = 0
+    kwargs["cache_seqlens"][0] = -4
+    flash_attn_with_kvcache(**kwargs)
+    with pytest.raises(ValueError, match=r"cache_seqlens\[0\]: must be >= 0, got -4"):
+        flashattn.kvcache_check_errors()
+
+
+def test_kvcache_check_errors_needs_a_device():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present (the GPU test above covers it)")
+    with pytest.raises(flashattn.UnsupportedError, match="decode_check_errors: needs a CUDA device"):
+        flashattn.kvcache_check_errors()
+    assert _lib.lib().flashattn_c_decode_check_errors(None, None, 0) == _lib.UNSUPPORTED
+
+
+@pytest.mark.gpu
 def test_repeated_calls_are_bitwise_identical():
     kwargs, _, _ = _case(1, 32, 8, 128, 1, [9000], 0, 0, False, torch.float16)
     first = flash_attn_with_kvcache(**kwargs)
@@ -316,6 +347,7 @@ def test_rotary_custom_op_schema_and_fake():
 
 def test_package_exports_it():
     assert "flash_attn_with_kvcache" in flashattn.__all__
+    assert "kvcache_check_errors" in flashattn.__all__
 
 
 # ---- FP8 (e4m3) KV cache: k_scale / v_scale ----------------------------------------------------

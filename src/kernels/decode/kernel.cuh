@@ -25,6 +25,7 @@
 #include "common/mask.h"
 #include "common/math_constants.h"
 #include "common/sink.h"
+#include "kernels/decode/errors.cuh"
 #include "kernels/decode/ptx_sm80.cuh"
 #include "kernels/decode/tile_size.h"
 #include "kernels/decode/trace.h"
@@ -154,7 +155,8 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   // the first K/V tiles before this load resolves (tiles dealt round-robin over the splits so that
   // a warp's first tiles do not depend on the length) gained nothing over waiting for it
   // (34.4 us both ways, docs/perf/decode.md).
-  const int len = min(max(p.cache_seqlens[b] + p.seqlen_new, 0), p.capacity);
+  const int seqlen = p.cache_seqlens[b];
+  const int len = min(max(seqlen + p.seqlen_new, 0), p.capacity);
   const Mask mask{p.seqlen_q, len, p.window_left, p.window_right};
   const int q_first = r0 / p.group;
   const int q_end = (min(r0 + kRows, p.rows) - 1) / p.group + 1;
@@ -189,6 +191,15 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   int cache_row = b;
   if (!p.paged && p.cache_batch_idx != nullptr) cache_row = p.cache_batch_idx[b];
   const bool row_ok = p.paged || (cache_row >= 0 && cache_row < p.cache_batch);
+  // An unchecked bad length or cache row is recorded once per batch entry (decode_check_errors).
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    if (seqlen < 0 || int64_t{seqlen} + p.seqlen_new > p.capacity) {
+      record_decode_error(p.errors, kDecodeErrorSeqlen, b, 0, seqlen, p.capacity, p.seqlen_new);
+    }
+    if (!row_ok) {
+      record_decode_error(p.errors, kDecodeErrorCacheRow, b, 0, cache_row, p.cache_batch, 0);
+    }
+  }
 
   KvStore* ring = pipe + warp * C::kStages * 2 * C::kTile;
   // K/V is read once: loads carry an L2 evict-first hint, so the stream does not push out what is
@@ -196,6 +207,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   // bench/decode_timeline.cu, same call): -0.5 us on the split kernel alone, -0.7 to -1.0 us end
   // to end at batch 1 / 16k-32k keys and batch 8 / 4k (docs/perf/decode.md, fourth pass).
   const uint64_t kv_policy = l2_evict_first();
+  int bad_page = -1;  // a page-table column this lane found out of range (recorded after the loop)
   auto load_tile = [&](int t, int stage) {
     KvStore* ks = ring + stage * 2 * C::kTile;
     KvStore* vs = ks + C::kTile;
@@ -213,6 +225,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
           const int page = pages[pi];
           const int in_page = j - pi * p.page_size;
           ok = page >= 0 && page < p.num_pages;
+          if (!ok) bad_page = pi;
           k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
           v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
         } else {
@@ -359,6 +372,9 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     __syncwarp();  // all lanes are done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  if (bad_page >= 0) {
+    record_decode_error(p.errors, kDecodeErrorPage, b, bad_page, pages[bad_page], p.num_pages, 0);
+  }
   FA_TRACE(kTraceSplit, 3, 0);
   launch_dependents();
 

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -26,6 +28,10 @@ Status blocks_per_sm(int* blocks);  // launch.cuh
 namespace flashattn {
 namespace {
 
+// The record of decode_check_errors: one per device (each device holds its own copy of a module's
+// __device__ variables), zero until a kernel meets a bad index.
+__device__ DecodeErrorRecord g_decode_errors;
+
 // fn(Element{}, HeadDimTag) for the problem's dtype and head dim.
 template <typename Fn>
 Status dispatch(DType dtype, int head_dim, Fn&& fn) {
@@ -45,6 +51,21 @@ Status decode_blocks_per_sm(DType dtype, int head_dim, bool kv_e4m3, int* blocks
     return kv_e4m3 ? decoding::blocks_per_sm<decltype(e), kD, true>(blocks)
                    : decoding::blocks_per_sm<decltype(e), kD, false>(blocks);
   });
+}
+
+Status decode_error_record(DecodeErrorRecord** record) {
+  static std::array<std::atomic<DecodeErrorRecord*>, 64> cached{};
+  int device = 0;
+  FA_CUDA_TRY(cudaGetDevice(&device));
+  if (device < 64 && cached[device] != nullptr) {
+    *record = cached[device];
+    return Status::success();
+  }
+  void* address = nullptr;
+  FA_CUDA_TRY(cudaGetSymbolAddress(&address, g_decode_errors));
+  *record = static_cast<DecodeErrorRecord*>(address);
+  if (device < 64) cached[device] = *record;
+  return Status::success();
 }
 
 namespace {
