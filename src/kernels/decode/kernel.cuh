@@ -27,6 +27,7 @@
 #include "common/sink.h"
 #include "kernels/decode/errors.cuh"
 #include "kernels/decode/ptx_sm80.cuh"
+#include "kernels/decode/swizzle.h"
 #include "kernels/decode/tile_size.h"
 #include "kernels/decode/trace.h"
 
@@ -64,24 +65,6 @@ struct Config {
   static constexpr int kMergeBytes = kWarps * kRows * (kMergeStride + 2) * 4;
   static constexpr int kSmemBytes = kQBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
 };
-
-// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] tile. The XOR spreads
-// the eight rows one ldmatrix phase reads (eight consecutive rows, one chunk column) over the eight
-// 16-byte bank groups of a 128-byte line. Rows of 8k chunks (hd 64, 128, 192, 256) start on a line:
-// XOR the chunk with row % 8. Rows of 8k + 4 chunks (hd 96: 12) alternate between the two halves
-// of a line, so row parity already separates two groups of four; the XOR stays inside the chunk's
-// aligned four (a chunk index past the row would otherwise land in the next row) and takes
-// (row / 2) % 4, which differs across the four rows of each parity.
-template <int kHeadDim>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  constexpr int kChunks = kHeadDim / 8;
-  static_assert(kChunks % 4 == 0, "decode tiles are built for head dims that are multiples of 32");
-  if constexpr (kChunks % 8 == 0) {
-    return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
-  } else {
-    return row * kHeadDim + ((chunk ^ ((row >> 1) & 3)) << 3);
-  }
-}
 
 // Element offset of 16-byte chunk `chunk` of cache row `row` in a ring tile: the swizzle for
 // 16-bit tiles (ldmatrix reads them); e4m3 tiles are plain rows (each lane reads back the 16-byte
