@@ -23,7 +23,7 @@ namespace {
 // contiguous cache of capacity 64.
 struct HostDecode {
   std::vector<uint16_t> q, o, k, v, kn, vn, cos, sin;
-  std::vector<float> lse;
+  std::vector<float> lse, k_scale{0.5f, 2.f}, v_scale{0.25f, 1.f};
   std::vector<int32_t> seqlens{10, 0, 60}, table, batch_idx{2, 0, 1};
   fa::DecodeParams p;
 
@@ -72,6 +72,13 @@ struct HostDecode {
     p.rotary_dim = dim;
     p.seqlen_ro = seqlen_ro;
   }
+  // An e4m3 cache (the uint16 buffers hold it with room to spare: strides are in elements).
+  void fp8(fa::KvScaleLayout layout = fa::KvScaleLayout::per_tensor) {
+    p.cache_dtype = fa::DType::e4m3;
+    p.k_scale = k_scale.data();
+    p.v_scale = v_scale.data();
+    p.kv_scale_layout = layout;
+  }
   fa::Status indices() const {
     return fa::check_decode_indices(p, seqlens.data(), p.page_table ? table.data() : nullptr,
                                     p.cache_batch_idx ? batch_idx.data() : nullptr);
@@ -110,8 +117,8 @@ const std::vector<Rule>& shape_rules() {
        "seqlen_q: must be in [1, 16]"},
       {"gqa_not_multiple", false, [](HostDecode& h) { h.p.heads_kv = 3; },
        "heads_q: must be a multiple of heads_kv"},
-      {"head_dim_96", false, [](HostDecode& h) { h.p.head_dim = 96; },
-       "head_dim: decode supports 64, 128 or 256"},
+      {"head_dim_80", false, [](HostDecode& h) { h.p.head_dim = 80; },
+       "head_dim: decode supports 64, 96, 128, 192 or 256, got 80"},
       {"scale_nan", false, [](HostDecode& h) { h.p.softmax_scale = NAN; },
        "softmax_scale: must be finite"},
       {"softcap_negative", false, [](HostDecode& h) { h.p.softcap = -1.f; },
@@ -195,6 +202,53 @@ const std::vector<Rule>& shape_rules() {
        "rotary_dim: must be even and in [2, head_dim = 64]"},
       {"seqlen_ro_zero", false, [](HostDecode& h) { h.rotary(32, 0); },
        "seqlen_ro: must be >= 1 with rotary_cos/rotary_sin, got 0"},
+      // FP8 KV cache (decode.h): e4m3 is the caches' type only, with both scales.
+      {"q_e4m3", false, [](HostDecode& h) { h.p.dtype = fa::DType::e4m3; },
+       "dtype: must be bf16 or fp16 (q, o, k_new, v_new), got e4m3; an FP8 KV cache is "
+       "cache_dtype = e4m3"},
+      {"q_e4m3_with_e4m3_cache", true,
+       [](HostDecode& h) {
+         h.fp8();
+         h.p.dtype = fa::DType::e4m3;
+       },
+       "dtype: must be bf16 or fp16 (q, o, k_new, v_new), got e4m3"},
+      {"cache_dtype_other_16bit", false, [](HostDecode& h) { h.p.cache_dtype = fa::DType::fp16; },
+       "cache_dtype: must be unset, dtype (bf16) or e4m3, got fp16"},
+      {"cache_dtype_unknown", false,
+       [](HostDecode& h) { h.p.cache_dtype = static_cast<fa::DType>(9); },
+       "cache_dtype: must be unset, dtype (bf16) or e4m3, got unknown"},
+      {"e4m3_without_k_scale", false,
+       [](HostDecode& h) {
+         h.fp8();
+         h.p.k_scale = nullptr;
+       },
+       "k_scale: required with cache_dtype e4m3 (fp32, 1 value (per_tensor))"},
+      {"e4m3_without_v_scale", true,
+       [](HostDecode& h) {
+         h.fp8(fa::KvScaleLayout::per_kv_head);
+         h.p.v_scale = nullptr;
+       },
+       "v_scale: required with cache_dtype e4m3 (fp32, heads_kv = 2 values (per_kv_head))"},
+      {"k_scale_without_e4m3", false, [](HostDecode& h) { h.p.k_scale = h.k_scale.data(); },
+       "k_scale: only with cache_dtype e4m3 (the cache is bf16)"},
+      {"v_scale_without_e4m3", false,
+       [](HostDecode& h) {
+         h.p.cache_dtype = fa::DType::bf16;
+         h.p.v_scale = h.v_scale.data();
+       },
+       "v_scale: only with cache_dtype e4m3 (the cache is bf16)"},
+      {"kv_scale_layout_unknown", false,
+       [](HostDecode& h) {
+         h.fp8();
+         h.p.kv_scale_layout = static_cast<fa::KvScaleLayout>(2);
+       },
+       "kv_scale_layout: must be per_tensor or per_kv_head, got 2"},
+      {"e4m3_head_dim_160", true,
+       [](HostDecode& h) {
+         h.fp8();
+         h.p.head_dim = 160;
+       },
+       "head_dim: decode supports 64, 96, 128, 192 or 256, got 160"},
   };
   return r;
 }
@@ -233,6 +287,38 @@ const std::vector<Rule>& index_rules() {
   return r;
 }
 
+// The scales' values (with check_indices, on host copies): finite and > 0, every one the layout
+// says is there.
+const std::vector<Rule>& scale_rules() {
+  static const std::vector<Rule> r = {
+      {"k_scale_zero", false,
+       [](HostDecode& h) {
+         h.fp8();
+         h.k_scale[0] = 0.f;
+       },
+       "k_scale[0]: must be finite and > 0, got 0.000000"},
+      {"k_scale_negative", true,
+       [](HostDecode& h) {
+         h.fp8();
+         h.k_scale[0] = -1.f;
+       },
+       "k_scale[0]: must be finite and > 0, got -1.000000"},
+      {"v_scale_inf", false,
+       [](HostDecode& h) {
+         h.fp8();
+         h.v_scale[0] = INFINITY;
+       },
+       "v_scale[0]: must be finite and > 0"},
+      {"per_head_last_scale_nan", true,
+       [](HostDecode& h) {
+         h.fp8(fa::KvScaleLayout::per_kv_head);
+         h.v_scale[1] = NAN;  // heads_kv = 2: the second value is read
+       },
+       "v_scale[1]: must be finite and > 0"},
+  };
+  return r;
+}
+
 class DecodeShapeRule : public ::testing::TestWithParam<size_t> {};
 TEST_P(DecodeShapeRule, RefusedWithNamedArgument) {
   const Rule& rule = shape_rules()[GetParam()];
@@ -251,6 +337,32 @@ INSTANTIATE_TEST_SUITE_P(AllRules, DecodeShapeRule,
                          ::testing::Range<size_t>(0, shape_rules().size()), [](const auto& info) {
                            return std::string(shape_rules()[info.param].name);
                          });
+
+class DecodeScaleRule : public ::testing::TestWithParam<size_t> {};
+TEST_P(DecodeScaleRule, RefusedWithNamedEntry) {
+  const Rule& rule = scale_rules()[GetParam()];
+  HostDecode h(rule.paged);
+  rule.mutate(h);
+  ASSERT_TRUE(fa::check_decode_shapes(h.p).ok()) << fa::check_decode_shapes(h.p).message;
+  const fa::Status s = fa::check_decode_scales(h.p, h.k_scale.data(), h.v_scale.data());
+  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos) << "message was \"" << s.message << "\"";
+}
+INSTANTIATE_TEST_SUITE_P(AllRules, DecodeScaleRule,
+                         ::testing::Range<size_t>(0, scale_rules().size()), [](const auto& info) {
+                           return std::string(scale_rules()[info.param].name);
+                         });
+
+// Per tensor reads one value of each scale: the second (per-head) value is never looked at.
+TEST(DecodeScales, PerTensorReadsOneValue) {
+  HostDecode h(false);
+  h.fp8();
+  h.v_scale[1] = NAN;
+  EXPECT_TRUE(fa::check_decode_shapes(h.p).ok());
+  EXPECT_TRUE(fa::check_decode_scales(h.p, h.k_scale.data(), h.v_scale.data()).ok());
+  h.p.kv_scale_layout = fa::KvScaleLayout::per_kv_head;
+  EXPECT_FALSE(fa::check_decode_scales(h.p, h.k_scale.data(), h.v_scale.data()).ok());
+}
 
 class DecodeIndexRule : public ::testing::TestWithParam<size_t> {};
 TEST_P(DecodeIndexRule, RefusedWithNamedEntry) {
@@ -313,20 +425,127 @@ TEST(DecodeIndices, RotaryPositionsFollowTheMask) {
       << h.indices().message;
 }
 
-// FP8 is a dtype of the API that no decode kernel runs yet: `unsupported`, after the shape rules
-// and before any memory is looked at.
-TEST(DecodeValidation, Fp8HasNoKernel) {
-  for (fa::DType d : {fa::DType::e4m3, fa::DType::e5m2}) {
-    HostDecode h(false);
-    h.p.dtype = d;
-    const fa::Status s = fa::check_decode_shapes(h.p);
+// An e4m3 cache passes the shape rules (both layouts, paged and contiguous); an e5m2 cache is
+// `unsupported` (no kernel), after the shape rules and before any memory is looked at.
+TEST(DecodeValidation, Fp8CacheIsE4m3Only) {
+  for (bool paged : {false, true})
+    for (auto layout : {fa::KvScaleLayout::per_tensor, fa::KvScaleLayout::per_kv_head}) {
+      HostDecode h(paged);
+      h.fp8(layout);
+      EXPECT_TRUE(fa::check_decode_shapes(h.p).ok()) << fa::check_decode_shapes(h.p).message;
+      EXPECT_TRUE(fa::check_decode_scales(h.p, h.k_scale.data(), h.v_scale.data()).ok());
+      EXPECT_TRUE(h.indices().ok());
+    }
+  HostDecode h(false);
+  h.fp8();
+  h.p.cache_dtype = fa::DType::e5m2;
+  const fa::Status s = fa::check_decode_shapes(h.p);
+  EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+  EXPECT_NE(s.message.find("cache_dtype: e5m2 has no decode kernel"), std::string::npos)
+      << s.message;
+  EXPECT_EQ(fa::can_implement(h.p).message, s.message);
+  EXPECT_EQ(fa::decode(h.p).code, fa::StatusCode::unsupported);
+  h.p.seqlen_q = 0;  // a broken rule is reported before the missing kernel
+  EXPECT_EQ(fa::check_decode_shapes(h.p).code, fa::StatusCode::invalid_argument);
+}
+
+// Every decode head dim passes the shape rules with a 16-bit and an e4m3 cache, paged and
+// contiguous (the shape rules read no memory: the d 64 buffers serve as placeholders).
+TEST(DecodeValidation, EveryDecodeHeadDimPassesTheShapeRules) {
+  for (int d : {64, 96, 128, 192, 256})
+    for (bool paged : {false, true})
+      for (bool e4m3 : {false, true}) {
+        HostDecode h(paged);
+        if (e4m3) h.fp8();
+        h.p.head_dim = d;
+        const fa::Status s = fa::check_decode_shapes(h.p);
+        EXPECT_TRUE(s.ok()) << "d " << d << " paged " << paged << " e4m3 " << e4m3 << ": "
+                            << s.message;
+      }
+}
+
+// The FP8 cache's memory rules: the scales' alignment (naming the count the layout asks for),
+// 16-byte vectors of e4m3 (16 elements) in the cache strides, no output over a scale, no scale
+// inside the cache the append writes.
+TEST(DecodeValidation, Fp8MemoryRules) {
+  const auto says = [](HostDecode& h, const std::string& what) {
+    const std::string m = fa::can_implement(h.p).message;
+    EXPECT_NE(m.find(what), std::string::npos) << "message was \"" << m << "\"";
+  };
+  HostDecode a(false);
+  a.fp8();
+  a.p.k_scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.k_scale.data()) + 2);
+  says(a, "k_scale: must be a 4-byte aligned fp32 array of 1 value (per_tensor)");
+  HostDecode b(true);
+  b.fp8(fa::KvScaleLayout::per_kv_head);
+  b.p.v_scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(b.v_scale.data()) + 1);
+  says(b, "v_scale: must be a 4-byte aligned fp32 array of heads_kv = 2 values (per_kv_head)");
+  HostDecode c(false);
+  c.fp8();
+  c.p.k_cache.stride[2] = 72;  // 16 bytes of bf16, not of e4m3
+  says(c, "k_cache.stride[2]: must be a multiple of 16 elements (16 bytes), got 72");
+  HostDecode d(false);
+  d.fp8(fa::KvScaleLayout::per_kv_head);
+  d.p.k_scale = d.lse.data() + 4;
+  says(d, "lse: overlaps input k_scale");
+  HostDecode e(true);
+  e.fp8();
+  e.p.k_scale = reinterpret_cast<const float*>(e.v.data());
+  says(e, "k_scale: overlaps v_cache, which the append writes");
+}
+
+// decode_check_errors' report of a record read back from the device (decode_error_status): the
+// error of the first kind in DecodeErrorKind's order (a bad length before the pages it makes look
+// bad) in check_decode_indices' words, the other kinds named, nothing when no entry is claimed.
+TEST(DecodeErrors, RecordsAreReportedRootCauseFirst) {
+  fa::DecodeErrorRecord r;
+  EXPECT_TRUE(fa::decode_error_status(r).ok());
+  const auto says = [](const fa::DecodeErrorRecord& rec, const std::string& what) {
+    const fa::Status s = fa::decode_error_status(rec);
+    EXPECT_EQ(s.code, fa::StatusCode::invalid_argument);
+    EXPECT_EQ(s.message.rfind(what, 0), 0u) << "message was \"" << s.message << "\"";
+    return s.message;
+  };
+  const auto set = [](fa::DecodeErrorRecord& rec, int kind, int b, int index, int value,
+                      int limit, int seqlen_new) {
+    rec.by_kind[kind] = {1, b, index, value, limit, seqlen_new};
+  };
+  fa::DecodeErrorRecord page;
+  set(page, fa::kDecodeErrorPage, 1, 3, 99999, 20, 0);
+  const std::string m = says(
+      page, "page_table[1][3]: page 99999 is outside [0, num_pages = 20) and was read as zeros "
+            "(met by a decode kernel with check_indices off; that call's result is unspecified)");
+  EXPECT_EQ(m.find("also bad"), std::string::npos) << m;
+
+  fa::DecodeErrorRecord len = page;  // a length error and the page error it caused
+  set(len, fa::kDecodeErrorSeqlen, 2, 0, 4096, 4096, 1);
+  const std::string both =
+      says(len, "cache_seqlens[2]: 4096 + seqlen_new 1 exceeds the cache capacity 4096 (met by");
+  EXPECT_NE(both.find("; also bad since the last check: page_table"), std::string::npos) << both;
+  set(len, fa::kDecodeErrorSeqlen, 2, 0, -3, 4096, 1);
+  says(len, "cache_seqlens[2]: must be >= 0, got -3 (met by");
+
+  fa::DecodeErrorRecord row = page;
+  set(row, fa::kDecodeErrorCacheRow, 0, 0, -1, 5, 0);
+  const std::string two = says(row, "cache_batch_idx[0]: -1 is outside [0, cache_batch = 5)");
+  EXPECT_NE(two.find("also bad since the last check: page_table"), std::string::npos) << two;
+  set(row, fa::kDecodeErrorSeqlen, 4, 0, 7, 6, 0);
+  const std::string all = says(row, "cache_seqlens[4]: 7 + seqlen_new 0 exceeds");
+  EXPECT_NE(all.find("also bad since the last check: cache_batch_idx, page_table"),
+            std::string::npos)
+      << all;
+}
+
+// Without a device there is nothing to check: unsupported, as decode() is. With one (these CPU
+// tests launch no decode), nothing was recorded.
+TEST(DecodeErrors, CheckNeedsADevice) {
+  const fa::Status s = fa::decode_check_errors();
+  if (flashattn::testing::have_gpu()) {
+    EXPECT_TRUE(s.ok()) << s.message;
+  } else {
     EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
-    EXPECT_EQ(s.message, std::string("dtype: ") + fa::dtype_name(d) +
-                             " has no decode kernel in this build");
-    EXPECT_EQ(fa::can_implement(h.p).message, s.message);
-    EXPECT_EQ(fa::decode(h.p).code, fa::StatusCode::unsupported);
-    h.p.seqlen_q = 0;  // a broken rule is reported before the missing kernel
-    EXPECT_EQ(fa::check_decode_shapes(h.p).code, fa::StatusCode::invalid_argument);
+    EXPECT_NE(s.message.find("decode_check_errors: needs a CUDA device"), std::string::npos)
+        << s.message;
   }
 }
 

@@ -4,6 +4,14 @@
 // before each run; cache positions past each sequence and unused pages hold NaN, so reading one
 // poisons the output; the appended cache must equal the expected one bit for bit everywhere.
 // Inputs are fresh random data from a printed seed. Without a CUDA device every test skips.
+//
+// FP8 KV cache (Case::fp8): the cache is built in the 16-bit dtype as for every case, then
+// quantised to e4m3 with power-of-two scales (per tensor or per KV head), so that the dequantised
+// cache, float(e4m3) * scale, is exact in bf16 and fp16: the oracle runs on that dequantised
+// cache (FlashAttention's rule, pt the same math in the input precision), the e4m3 cache after the
+// append must equal quantize_e4m3 (common/host_dtype.h, decode.h's rule) of the given k/v bit for
+// bit, and with power-of-two scales the FP8 kernel must equal the 16-bit kernel run on the
+// dequantised cache bitwise (the scales then multiply exactly wherever they are applied).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,11 +19,14 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/head_dims.h"
+#include "common/host_dtype.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/reference.h"
 #include "gpu_test_util.h"
@@ -29,6 +40,17 @@ using flashattn::testing::have_gpu;
 using flashattn::testing::run_seed;
 
 constexpr uint16_t kNaN = 0xFFFF;
+// Every head dim decode is built for: the grids below cover each of them.
+constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
+constexpr bool covers_decode_head_dims() {
+  if (std::size(kHeadDims) != std::size(fa::kDecodeHeadDims)) return false;
+  for (const fa::HeadDims& h : fa::kDecodeHeadDims) {
+    if (std::find(std::begin(kHeadDims), std::end(kHeadDims), h.qk) == std::end(kHeadDims))
+      return false;
+  }
+  return true;
+}
+static_assert(covers_decode_head_dims(), "kHeadDims must list every kDecodeHeadDims pair");
 
 struct Case {
   fa::DType dtype;
@@ -45,6 +67,7 @@ struct Case {
   float softcap = 0.f;  // DecodeParams::softcap
   int rotary_dim = 0;   // 0: no rotary; else tables of the standard frequencies (theta 10000)
   bool interleaved = true;
+  int fp8 = 0;  // 0: a 16-bit cache; 1: e4m3, per-tensor scales; 2: e4m3, per-KV-head scales
 };
 
 std::string case_name(const Case& c) {
@@ -66,6 +89,8 @@ std::string case_name(const Case& c) {
                       .flag(c.q_sigma > 1, "_big")
                       .flag(c.softcap > 0, softcap.c_str())
                       .flag(c.rotary_dim > 0, rotary.c_str())
+                      .flag(c.fp8 == 1, "_e4m3tensor")
+                      .flag(c.fp8 == 2, "_e4m3head")
                       .str();
   return s.substr(5);  // drop "auto_"
 }
@@ -77,7 +102,60 @@ struct Host {
   std::vector<float> lse;
   std::vector<int32_t> seqlens, table, idx;
   int cap = 0;
+  // FP8 cache: the e4m3 cache given, expected after the append, read back; the scales. k, v,
+  // k_expect and v_expect then hold the dequantised cache in the 16-bit dtype.
+  std::vector<uint8_t> k8, v8, k8_expect, v8_expect, k8_after, v8_after;
+  std::vector<float> ks, vs;
 };
+
+// Quantises the built cache (and the expected one, appended rows included) to e4m3 with
+// power-of-two scales, then replaces the 16-bit caches by their dequantised values (exact).
+// NaN poison stays NaN (0x7F).
+void quantize_cache(const Case& c, Host& h) {
+  if (c.fp8 == 0) return;
+  fa::DecodeParams& p = h.p;
+  const int n = c.fp8 == 2 ? c.hkv : 1;
+  h.ks.clear();
+  h.vs.clear();
+  for (int i = 0; i < n; ++i) {
+    h.ks.push_back(std::ldexp(1.f, i % 3 - 1));  // 0.5, 1, 2, ...
+    h.vs.push_back(std::ldexp(1.f, 1 - i % 4));  // 2, 1, 0.5, 0.25, ...
+  }
+  p.cache_dtype = fa::DType::e4m3;
+  p.kv_scale_layout = c.fp8 == 2 ? fa::KvScaleLayout::per_kv_head : fa::KvScaleLayout::per_tensor;
+  p.k_scale = h.ks.data();
+  p.v_scale = h.vs.data();
+  // Contiguous layouts: element i belongs to KV head (i / d) % hkv.
+  const auto head = [&](size_t i) { return c.fp8 == 2 ? static_cast<int>((i / c.d) % c.hkv) : 0; };
+  const auto quantize = [&](const std::vector<uint16_t>& x, const std::vector<float>& scale,
+                            std::vector<uint8_t>& out) {
+    out.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      out[i] = x[i] == kNaN ? 0x7f
+                            : fa::quantize_e4m3(fa::load_as_float(x.data(), int64_t(i), c.dtype),
+                                                scale[size_t(head(i))]);
+    }
+  };
+  const auto dequantize = [&](const std::vector<uint8_t>& x, const std::vector<float>& scale,
+                              std::vector<uint16_t>& out) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i] == 0x7f) {
+        out[i] = kNaN;
+      } else {
+        fa::store_from_float(out.data(), int64_t(i),
+                             fa::dequantize_e4m3(x[i], scale[size_t(head(i))]), c.dtype);
+      }
+    }
+  };
+  quantize(h.k, h.ks, h.k8);
+  quantize(h.v, h.vs, h.v8);
+  quantize(h.k_expect, h.ks, h.k8_expect);
+  quantize(h.v_expect, h.vs, h.v8_expect);
+  dequantize(h.k8, h.ks, h.k);
+  dequantize(h.v8, h.vs, h.v);
+  dequantize(h.k8_expect, h.ks, h.k_expect);
+  dequantize(h.v8_expect, h.vs, h.v_expect);
+}
 
 int64_t cache_index(const Host& h, int b, int j, int hk, int d) {
   const fa::DecodeParams& p = h.p;
@@ -222,6 +300,7 @@ void build(const Case& c, uint64_t seed, Host& h) {
     p.rotary_sin = h.sin.data();
     rotate_on_host(c, h);
   }
+  quantize_cache(c, h);
 }
 
 template <typename T>
@@ -234,16 +313,26 @@ void to_device(DeviceBuffer& buf, const std::vector<T>& host) {
 // The inputs of a Host on the device, and its params pointing at them.
 struct OnDevice {
   size_t no, nl;  // elements of O (= Q) and of LSE
-  DeviceBuffer q, o, lse, k, v, kn, vn, seqlens, table, idx, cos, sin;
+  DeviceBuffer q, o, lse, k, v, kn, vn, seqlens, table, idx, cos, sin, ks, vs;
   fa::DecodeParams p;
+  // The cache as given: e4m3 bytes for an FP8 cache, else the 16-bit values.
+  void upload_cache(const Host& h) {
+    if (h.k8.empty()) {
+      to_device(k, h.k);
+      to_device(v, h.v);
+    } else {
+      to_device(k, h.k8);
+      to_device(v, h.v8);
+    }
+  }
   explicit OnDevice(const Host& h)
       : no(h.q.size()),
         nl(size_t(h.p.batch) * h.p.heads_q * h.p.seqlen_q),
         q(no * 2),
         o(no * 2),
         lse(nl * 4),
-        k(h.k.size() * 2),
-        v(h.v.size() * 2),
+        k(h.k.size() * (h.k8.empty() ? 2 : 1)),
+        v(h.v.size() * (h.k8.empty() ? 2 : 1)),
         kn(std::max<size_t>(h.kn.size(), 8) * 2),
         vn(std::max<size_t>(h.vn.size(), 8) * 2),
         seqlens(h.seqlens.size() * 4),
@@ -251,10 +340,17 @@ struct OnDevice {
         idx(std::max<size_t>(h.idx.size(), 1) * 4),
         cos(std::max<size_t>(h.cos.size(), 1) * 2),
         sin(std::max<size_t>(h.sin.size(), 1) * 2),
+        ks(std::max<size_t>(h.ks.size(), 1) * 4),
+        vs(std::max<size_t>(h.vs.size(), 1) * 4),
         p(h.p) {
     to_device(q, h.q);
-    to_device(k, h.k);
-    to_device(v, h.v);
+    upload_cache(h);
+    if (!h.ks.empty()) {
+      to_device(ks, h.ks);
+      to_device(vs, h.vs);
+      p.k_scale = static_cast<const float*>(ks.ptr);
+      p.v_scale = static_cast<const float*>(vs.ptr);
+    }
     to_device(seqlens, h.seqlens);
     if (!h.table.empty()) to_device(table, h.table);
     if (!h.idx.empty()) to_device(idx, h.idx);
@@ -290,8 +386,7 @@ void run(Host& h, int runs = 1, std::vector<uint16_t>* first_o = nullptr) {
   if (::testing::Test::HasFatalFailure()) return;
   for (int r = 0; r < runs; ++r) {
     // The cache is restored before each run, so that a repeated append writes the same values.
-    to_device(d.k, h.k);
-    to_device(d.v, h.v);
+    d.upload_cache(h);
     ASSERT_EQ(cudaMemset(d.o.ptr, 0xFF, d.no * 2), cudaSuccess);
     ASSERT_EQ(cudaMemset(d.lse.ptr, 0xFF, d.nl * 4), cudaSuccess);
     const fa::Status s = fa::decode(d.p);
@@ -313,9 +408,18 @@ void run(Host& h, int runs = 1, std::vector<uint16_t>* first_o = nullptr) {
     EXPECT_TRUE(kn_after == h.kn) << "decode wrote k_new";
   }
   h.lse.resize(d.nl);
+  ASSERT_EQ(cudaMemcpy(h.lse.data(), d.lse.ptr, d.nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  if (!h.k8.empty()) {
+    h.k8_after.resize(h.k8.size());
+    h.v8_after.resize(h.v8.size());
+    ASSERT_EQ(cudaMemcpy(h.k8_after.data(), d.k.ptr, h.k8.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(h.v8_after.data(), d.v.ptr, h.v8.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return;
+  }
   h.k_after.resize(h.k.size());
   h.v_after.resize(h.v.size());
-  ASSERT_EQ(cudaMemcpy(h.lse.data(), d.lse.ptr, d.nl * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(h.k_after.data(), d.k.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
             cudaSuccess);
   ASSERT_EQ(cudaMemcpy(h.v_after.data(), d.v.ptr, h.v.size() * 2, cudaMemcpyDeviceToHost),
@@ -382,7 +486,7 @@ std::vector<Case> grid() {
   const int splits[] = {0, 1, 5, 128};
   int i = 0;
   for (D dtype : {D::bf16, D::fp16})
-    for (int d : {64, 128, 256})
+    for (int d : kHeadDims)
       for (int ps : {0, 1, 16, 64, 256}) {
         for (int rep = 0; rep < 2; ++rep, ++i) {
           const Heads hd = heads[i % 5];
@@ -411,7 +515,7 @@ std::vector<Case> grid() {
   int j = 0;
   for (float cap : {5.f, 30.f, 50.f})
     for (D dtype : {D::bf16, D::fp16})
-      for (int d : {64, 128, 256}) {
+      for (int d : kHeadDims) {
         const Heads hd = heads[j % 5];
         const M m = masks[j % 4];
         Case c{dtype, d, hd.hq, hd.hkv, sqs[j % 4], lengths[j % 5], (j % 2) ? 16 : 0,
@@ -426,7 +530,7 @@ std::vector<Case> grid() {
   // contiguous, GQA and MQA, seqlen_new 0, 1 and 3, splits, large logits.
   int r = 0;
   for (D dtype : {D::bf16, D::fp16})
-    for (int d : {64, 128, 256})
+    for (int d : kHeadDims)
       for (bool interleaved : {true, false}) {
         const Heads hd = heads[r % 5];
         const M m = masks[r % 4];
@@ -439,6 +543,36 @@ std::vector<Case> grid() {
         c.interleaved = interleaved;
         cases.push_back(c);
         ++r;
+      }
+  // FP8 KV cache: both scale layouts, every head dim, both query dtypes, contiguous (with and
+  // without cache_batch_idx) and paged (page 1, 16, 64), appends of 1 and 2 rows, GQA and MQA,
+  // masks, splits, softcap, rotary on some, large logits.
+  int f = 0;
+  for (D dtype : {D::bf16, D::fp16})
+    for (int d : kHeadDims)
+      for (int layout : {1, 2}) {
+        const Heads hd = heads[f % 5];
+        const M m = masks[f % 4];
+        const int ps = f % 4 == 0 ? 0 : (f % 4 == 1 ? 16 : (f % 4 == 2 ? 1 : 64));
+        Case c{dtype,
+               d,
+               hd.hq,
+               hd.hkv,
+               sqs[f % 4],
+               lengths[f % 5],
+               ps,
+               f % 3 == 2 ? 0 : 1 + f % 2,
+               m.causal,
+               m.wl,
+               m.wr,
+               splits[f % 4],
+               ps == 0 && f % 8 == 4,
+               (f % 5 == 3) ? 6.f : 1.f};
+        if (f % 6 == 5) c.softcap = 30.f;
+        if (f % 5 == 1) c.rotary_dim = d / 2;
+        c.fp8 = layout;
+        cases.push_back(c);
+        ++f;
       }
   return cases;
 }
@@ -458,10 +592,17 @@ TEST_P(GpuDecode, MatchesFp64ReferenceAndAppendsExactly) {
   build(c, seed, h);
   run(h);
   if (HasFatalFailure()) return;
-  EXPECT_TRUE(h.k_after == h.k_expect)
-      << case_name(c) << ": k cache differs from the expected append";
-  EXPECT_TRUE(h.v_after == h.v_expect)
-      << case_name(c) << ": v cache differs from the expected append";
+  if (c.fp8 != 0) {  // the e4m3 cache: decode.h's quantisation of the given k/v
+    EXPECT_TRUE(h.k8_after == h.k8_expect)
+        << case_name(c) << ": e4m3 k cache differs from the expected quantised append";
+    EXPECT_TRUE(h.v8_after == h.v8_expect)
+        << case_name(c) << ": e4m3 v cache differs from the expected quantised append";
+  } else {
+    EXPECT_TRUE(h.k_after == h.k_expect)
+        << case_name(c) << ": k cache differs from the expected append";
+    EXPECT_TRUE(h.v_after == h.v_expect)
+        << case_name(c) << ": v cache differs from the expected append";
+  }
   check_against_reference(c, h, seed);
 }
 
@@ -475,24 +616,77 @@ INSTANTIATE_TEST_SUITE_P(Grid, GpuDecode, ::testing::Range<size_t>(0, all_cases(
 // outputs and LSE (same splits, same tiles, same arithmetic; only the addresses differ).
 TEST(GpuDecodeLayouts, PagedEqualsContiguousBitwise) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (int ps : {1, 16, 64, 256}) {
-    for (int num_splits : {0, 3}) {
-      Case c{fa::DType::bf16, 128,   32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
-             num_splits,      false, 1.f, 4096};
-      const uint64_t seed = run_seed() + ps;
-      Host contiguous, paged;
-      build(c, seed, contiguous);
-      c.page_size = ps;
-      build(c, seed, paged);
-      run(contiguous);
-      run(paged);
-      if (HasFatalFailure()) return;
-      EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0)
-          << "page size " << ps << " splits " << num_splits;
-      EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
-          << "page size " << ps << " splits " << num_splits;
+  for (int d : kHeadDims)
+    for (int ps : {1, 16, 64, 256}) {
+      for (int num_splits : {0, 3}) {
+        Case c{fa::DType::bf16, d,     32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
+               num_splits,      false, 1.f, 4096};
+        const uint64_t seed = run_seed() + ps + 7 * d;
+        Host contiguous, paged;
+        build(c, seed, contiguous);
+        c.page_size = ps;
+        build(c, seed, paged);
+        run(contiguous);
+        run(paged);
+        if (HasFatalFailure()) return;
+        EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0)
+            << "d " << d << " page size " << ps << " splits " << num_splits;
+        EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
+            << "d " << d << " page size " << ps << " splits " << num_splits;
+      }
     }
-  }
+}
+
+// FP8 cache: paged == contiguous bitwise, as for 16-bit caches; and, with power-of-two scales,
+// the FP8 kernel equals the 16-bit kernel on the dequantised cache bitwise (the e4m3 values widen
+// exactly and a power-of-two scale multiplies exactly wherever it is applied).
+TEST(GpuDecodeFp8, PagedEqualsContiguousAndSixteenBitOnTheDequantisedCache) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (int d : kHeadDims)
+    for (int layout : {1, 2})
+      for (int ps : {1, 16, 256})
+        for (int num_splits : {0, 3}) {
+          Case c{fa::DType::bf16, d,     32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
+                 num_splits,      false, 1.f, 4096};
+          c.fp8 = layout;
+          const uint64_t seed = run_seed() + ps + 17 * layout + 7 * d;
+          Host contiguous, paged, sixteen;
+          build(c, seed, contiguous);
+          c.page_size = ps;
+          build(c, seed, paged);
+          run(contiguous);
+          run(paged);
+          if (HasFatalFailure()) return;
+          const std::string at = "d " + std::to_string(d) + " layout " + std::to_string(layout) +
+                                 " page size " + std::to_string(ps) + " splits " +
+                                 std::to_string(num_splits);
+          EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
+          EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
+              << at;
+          // The same call on a 16-bit cache holding the dequantised cache after the append, with
+          // nothing appended. Fixed splits only: the heuristic's choice depends on each kernel's
+          // occupancy, and their shared memory differs.
+          if (num_splits == 0) continue;
+          sixteen = paged;
+          sixteen.k = paged.k_expect;
+          sixteen.v = paged.v_expect;
+          sixteen.k8.clear();
+          sixteen.v8.clear();
+          sixteen.ks.clear();
+          sixteen.vs.clear();
+          sixteen.p.cache_dtype.reset();
+          sixteen.p.k_scale = sixteen.p.v_scale = nullptr;
+          sixteen.p.k_new.data = sixteen.p.v_new.data = nullptr;
+          sixteen.p.seqlen_new = 0;
+          for (int32_t& l : sixteen.seqlens) l += 1;  // the appended row is now in the cache
+          sixteen.p.cache_seqlens = sixteen.seqlens.data();
+          sixteen.p.page_table = sixteen.table.data();
+          run(sixteen);
+          if (HasFatalFailure()) return;
+          EXPECT_EQ(std::memcmp(sixteen.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
+          EXPECT_EQ(std::memcmp(sixteen.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
+              << at;
+        }
 }
 
 // Repeated runs give bitwise identical results (no races, no order-dependent reductions).
@@ -584,9 +778,11 @@ TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
 }
 
 // Bad indices in device memory are refused before anything is launched: the output keeps its
-// poison and the cache is untouched.
+// poison and the cache is untouched. Unchecked, the same call runs, and decode_check_errors then
+// reports the same entry in the same words, once.
 TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  (void)fa::decode_check_errors();  // whatever an earlier test left
   struct Bad {
     const char* says;
     std::function<void(Host&)> mutate;
@@ -617,13 +813,109 @@ TEST(GpuDecodeValidation, BadIndicesAreRefusedAndNothingIsWritten) {
     ASSERT_EQ(cudaMemcpy(k_after.data(), d.k.ptr, h.k.size() * 2, cudaMemcpyDeviceToHost),
               cudaSuccess);
     EXPECT_TRUE(k_after == h.k) << "a refused call wrote the cache";
+    EXPECT_TRUE(fa::decode_check_errors().ok()) << "a refused call recorded an error";
 
     // Unchecked (check_indices off), the same bad input must still not fault: out-of-range pages
-    // and lengths are never dereferenced.
+    // and lengths are never dereferenced. The kernel records what it met.
     p.check_indices = false;
     EXPECT_TRUE(fa::decode(p).ok());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const fa::Status e = fa::decode_check_errors();
+    EXPECT_EQ(e.code, fa::StatusCode::invalid_argument) << e.message;
+    EXPECT_EQ(e.message.rfind(bad.says, 0), 0u) << e.message;
+    EXPECT_NE(e.message.find("check_indices off"), std::string::npos) << e.message;
+    const fa::Status again = fa::decode_check_errors();
+    EXPECT_TRUE(again.ok()) << "the record was not cleared: " << again.message;
   }
+}
+
+// decode_check_errors on a contiguous cache (a cache_batch_idx row and a negative length), after
+// good unchecked calls (nothing recorded, with one and several splits, an FP8 cache too), and
+// after CUDA graph replays (the kernel records when replayed; the check refuses a capturing
+// stream and reports on the replay stream).
+TEST(GpuDecodeErrors, ReportedAfterUncheckedCallsAndGraphReplays) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  (void)fa::decode_check_errors();
+  const auto unchecked = [](OnDevice& d) {
+    fa::DecodeParams p = d.p;
+    p.check_indices = false;
+    const fa::Status s = fa::decode(p);
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  const auto reports = [](const std::string& what) {
+    const fa::Status e = fa::decode_check_errors();
+    EXPECT_EQ(e.code, fa::StatusCode::invalid_argument) << e.message;
+    EXPECT_EQ(e.message.rfind(what, 0), 0u) << e.message;
+    EXPECT_TRUE(fa::decode_check_errors().ok());
+  };
+  for (int fp8 : {0, 1})
+    for (int splits : {1, 4}) {
+      Case c{fa::DType::fp16, 128,    8,   2, 2, {100, 50, 10}, 0, 1, true, -1, -1,
+             splits,          true, 1.f, 512};
+      c.fp8 = fp8;
+      Host good;
+      build(c, run_seed() + 31, good);
+      OnDevice g(good);
+      if (HasFatalFailure()) return;
+      unchecked(g);
+      const fa::Status none = fa::decode_check_errors();
+      EXPECT_TRUE(none.ok()) << "fp8 " << fp8 << " splits " << splits << ": " << none.message;
+
+      Host row = good;
+      row.idx[1] = 7;  // the cache has batch + 2 = 5 rows
+      OnDevice r(row);
+      if (HasFatalFailure()) return;
+      unchecked(r);
+      reports("cache_batch_idx[1]: 7 is outside [0, cache_batch = 5)");
+
+      Host neg = good;
+      neg.seqlens[0] = -3;
+      OnDevice n(neg);
+      if (HasFatalFailure()) return;
+      unchecked(n);
+      reports("cache_seqlens[0]: must be >= 0, got -3");
+    }
+
+  // Graph capture of an unchecked call with a bad page: nothing is recorded at capture, the
+  // check refuses the capturing stream, and each replay records.
+  const Case c{fa::DType::bf16, 64, 8, 2, 1, {100, 50, 10}, 16, 1, false, -1, -1, 0, false, 1.f,
+               4096};
+  Host h;
+  build(c, run_seed() + 37, h);
+  h.table[2 * h.p.max_pages + 0] = -1;
+  OnDevice d(h);
+  if (HasFatalFailure()) return;
+  fa::DecodeParams p = d.p;
+  p.check_indices = false;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  p.stream = stream;
+  ASSERT_TRUE(fa::decode(p).ok());  // eager first: the graph then captures a warm path
+  ASSERT_EQ(fa::decode_check_errors(stream).code, fa::StatusCode::invalid_argument);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const fa::Status captured = fa::decode(p);
+  const fa::Status during = fa::decode_check_errors(stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(captured.ok()) << captured.message;
+  EXPECT_EQ(during.code, fa::StatusCode::invalid_argument) << during.message;
+  EXPECT_NE(during.message.find("stream: is capturing a CUDA graph"), std::string::npos)
+      << during.message;
+  EXPECT_TRUE(fa::decode_check_errors(stream).ok()) << "capture alone recorded an error";
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    const fa::Status e = fa::decode_check_errors(stream);
+    EXPECT_EQ(e.code, fa::StatusCode::invalid_argument) << e.message;
+    EXPECT_EQ(e.message.rfind("page_table[2][0]: page -1 is outside [0, num_pages = ", 0), 0u)
+        << e.message;
+  }
+  EXPECT_TRUE(fa::decode_check_errors(stream).ok());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 // A rotary table that does not cover a position is refused (check_indices) before anything is

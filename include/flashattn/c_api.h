@@ -146,7 +146,8 @@ FLASHATTN_C_EXPORT size_t flashattn_c_fwd_params_size(void);
  * fields there mean; `struct_size` as above): 80 bytes of 32-bit fields, then pointers and 64-bit
  * fields, no implicit padding (368 bytes on LP64 in version 1; version 2 appends `sinks`, 376;
  * version 3 `softcap` and `reserved2`, 384; version 4 the rotary tables, `rotary_dim`,
- * `seqlen_ro`, `rotary_interleaved` and `reserved3`, 416).
+ * `seqlen_ro`, `rotary_interleaved` and `reserved3`, 416; version 5 the FP8 KV cache,
+ * `cache_dtype`, `kv_scale_layout`, `k_scale`, `v_scale`, 440).
  * Strides are in elements, ordered (batch, seqlen, heads, dim); the cache's are (cache row or
  * page, row in it, heads, dim). The caches are written in place when k_new/v_new are given. */
 typedef struct flashattn_c_decode_params {
@@ -201,6 +202,11 @@ typedef struct flashattn_c_decode_params {
   int32_t seqlen_ro;          /* rows of the tables; 0 without them */
   int32_t rotary_interleaved; /* 1: pairs (0,1),(2,3)... (GPT-J); 0: halves (GPT-NeoX) */
   uint32_t reserved3;         /* must be 0 */
+  /* Version 5 (440 bytes): an FP8 KV cache (DecodeParams::cache_dtype, k_scale, v_scale). */
+  int32_t cache_dtype;     /* 0: the caches are `dtype`; FLASHATTN_C_E4M3: e4m3 (q etc. stay) */
+  int32_t kv_scale_layout; /* 0: one scale per tensor; 1: one per KV head (heads_kv values) */
+  const float* k_scale;    /* fp32 device memory, with an e4m3 cache only */
+  const float* v_scale;
 } flashattn_c_decode_params;
 
 /* Validates, appends k_new/v_new into the caches and runs decode attention (asynchronously on
@@ -214,6 +220,12 @@ FLASHATTN_C_EXPORT int flashattn_c_decode_can_implement(const flashattn_c_decode
 
 /* sizeof(flashattn_c_decode_params) in this library. */
 FLASHATTN_C_EXPORT size_t flashattn_c_decode_params_size(void);
+
+/* flashattn::decode_check_errors (decode.h): waits for `stream` (a cudaStream_t, NULL: the legacy
+ * default stream), then reports and clears the bad indices decode kernels met with
+ * check_indices = 0 on the current device. FLASHATTN_C_OK when there were none,
+ * FLASHATTN_C_INVALID_ARGUMENT naming the first bad entry when there were. */
+FLASHATTN_C_EXPORT int flashattn_c_decode_check_errors(void* stream, char* err, size_t err_len);
 
 /* The backward parameters (flashattn::BackwardParams, backward.h; `struct_size` as above):
  * 64 bytes of 32-bit fields, then pointers and 64-bit strides, no implicit padding (432 bytes on

@@ -111,6 +111,13 @@ void apply_rotary(DType dtype, const void* cos, const void* sin, int rotary_dim,
 // p < rotary_dim / 2, computed in fp64 and rounded to `dtype`; dense (seqlen_ro, rotary_dim / 2).
 void rotary_tables(DType dtype, int seqlen_ro, int rotary_dim, double theta, void* cos, void* sin);
 
+// An FP8 (e4m3) KV cache on the host with decode's rule (decode.h): quantize_e4m3 writes, for n
+// values of `dtype` (bf16/fp16), e4m3 = satfinite_rne(in[i] / scale) (bit for bit what decode()
+// appends); dequantize_e4m3 writes float(e4m3) * scale rounded to `dtype` (exact when scale is a
+// power of two and the product in range).
+void quantize_e4m3(DType dtype, const void* in, int64_t n, float scale, uint8_t* out);
+void dequantize_e4m3(const uint8_t* in, int64_t n, float scale, DType dtype, void* out);
+
 // n values of `dtype` drawn from N(0, sigma^2) with a seeded generator (never zeros).
 void fill_normal(void* data, int64_t n, DType dtype, uint64_t seed, float sigma = 1.0f);
 

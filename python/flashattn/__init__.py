@@ -11,7 +11,8 @@ into views and call those functions.
 """
 from . import _lib, distributed
 from ._lib import UnsupportedError, library_path
-from .interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from .interface import (flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache,
+                        kvcache_check_errors)
 from .packed import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                      flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
 
@@ -19,6 +20,7 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "kvcache_check_errors",
     "flash_attn_qkvpacked_func",
     "flash_attn_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",

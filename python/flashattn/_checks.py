@@ -94,12 +94,35 @@ def _index(name, t, ndim, layout, device):
     _same(f"{name}.device", t.device, device, "q.device")
 
 
-def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table):
+def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, k_scale=None,
+            v_scale=None):
     """q (b, sq, hq, d); caches (cache_batch, seqlen_cache, hkv, d), or (num_pages, page_size,
     hkv, d) with block_table (b, max_pages); k/v (b, seqlen_new, hkv, d) or None; index tensors
-    int32 on q's device (cache_seqlens already a tensor here)."""
+    int32 on q's device (cache_seqlens already a tensor here). An FP8 cache (torch.float8_e4m3fn,
+    q and k/v staying bf16/fp16) takes k_scale and v_scale: fp32 (1,) or (hkv,) on q's device."""
     layout = "(batch, seqlen, heads, head_dim)"
-    _qkv(q, k_cache, v_cache, 4, layout)
+    if isinstance(k_cache, torch.Tensor) and k_cache.dtype == torch.float8_e4m3fn:
+        _qkv(q, q, q, 4, layout)
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            _tensor(name, t, 4, layout)
+            _same(f"{name}.device", t.device, q.device, "q.device")
+        _same("v_cache.dtype", v_cache.dtype, k_cache.dtype, "k_cache.dtype")
+        if k_scale is None or v_scale is None:
+            raise ValueError("k_scale, v_scale: required with a torch.float8_e4m3fn cache")
+        for name, t in (("k_scale", k_scale), ("v_scale", v_scale)):
+            _tensor(name, t, 1, "(1,) or (heads_kv,)")
+            if t.dtype != torch.float32:
+                raise ValueError(f"{name}.dtype: must be torch.float32, got {t.dtype}")
+            if t.shape[0] not in (1, k_cache.shape[2]):
+                raise ValueError(f"{name}.shape[0]: must be 1 (per tensor) or heads_kv = "
+                                 f"{k_cache.shape[2]} (per KV head), got {t.shape[0]}")
+            _same(f"{name}.device", t.device, q.device, "q.device")
+        _same("v_scale.shape", tuple(v_scale.shape), tuple(k_scale.shape), "k_scale.shape")
+    else:
+        if k_scale is not None or v_scale is not None:
+            raise ValueError("k_scale, v_scale: only with a torch.float8_e4m3fn cache, got "
+                             f"{k_cache.dtype}")
+        _qkv(q, k_cache, v_cache, 4, layout)
     if q.device.type != "cuda":
         raise ValueError(f"q.device: flash_attn_with_kvcache runs on CUDA tensors, got {q.device}")
     _same("k_cache.shape", tuple(k_cache.shape), tuple(v_cache.shape), "v_cache.shape")

@@ -11,7 +11,7 @@ import threading
 
 # Status codes of c_api.h.
 OK, INVALID_ARGUMENT, UNSUPPORTED, CUDA_ERROR, INTERNAL_ERROR = 0, 1, 2, 3, 4
-# Element types of c_api.h (FP8 has no kernel yet: the library answers UNSUPPORTED for it).
+# Element types of c_api.h (forward has no FP8 kernel: UNSUPPORTED; decode reads an E4M3 cache).
 BF16, FP16, E4M3, E5M2 = 0, 1, 2, 3
 
 _LIB_NAME = "libflashattn_c.so"
@@ -77,7 +77,7 @@ assert ctypes.sizeof(Params) == 304 and Params.q.offset == 64 and Params.q_strid
 
 
 class DecodeParams(ctypes.Structure):
-    """Mirror of flashattn_c_decode_params, version 4 (416 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_decode_params, version 5 (440 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -127,13 +127,17 @@ class DecodeParams(ctypes.Structure):
         ("seqlen_ro", ctypes.c_int32),
         ("rotary_interleaved", ctypes.c_int32),
         ("reserved3", ctypes.c_uint32),
+        ("cache_dtype", ctypes.c_int32),  # version 5: 0 (dtype) or E4M3
+        ("kv_scale_layout", ctypes.c_int32),  # 0: per tensor; 1: per KV head
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(DecodeParams), **fields)
 
 
-assert (ctypes.sizeof(DecodeParams) == 416 and DecodeParams.q.offset == 80
+assert (ctypes.sizeof(DecodeParams) == 440 and DecodeParams.q.offset == 80
         and DecodeParams.q_stride.offset == 176)
 
 
@@ -257,6 +261,8 @@ def _declare(lib):
         "flashattn_c_decode_can_implement": (ctypes.c_int,
                                              [D, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_decode_params_size": (ctypes.c_size_t, []),
+        "flashattn_c_decode_check_errors": (ctypes.c_int,
+                                            [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_backward": (ctypes.c_int, [B, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
         "flashattn_c_backward_can_implement": (ctypes.c_int,
                                                [B, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
@@ -382,6 +388,14 @@ def decode(params):
     """Runs flashattn_c_decode; raises ValueError/UnsupportedError/RuntimeError on refusal."""
     err = ctypes.create_string_buffer(_ERR_LEN)
     code = lib().flashattn_c_decode(ctypes.byref(params), err, _ERR_LEN)
+    _raise_for(code, err.value.decode(errors="replace"))
+
+
+def decode_check_errors(stream):
+    """Runs flashattn_c_decode_check_errors on `stream` (a cudaStream_t as an int; 0: the legacy
+    default stream); raises ValueError/UnsupportedError/RuntimeError as decode() does."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_decode_check_errors(ctypes.c_void_p(stream or None), err, _ERR_LEN)
     _raise_for(code, err.value.decode(errors="replace"))
 
 

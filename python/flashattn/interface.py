@@ -15,7 +15,7 @@ GPU). The returned LSE carries no gradient (lse.requires_grad is False).
 """
 import torch
 
-from . import _checks, ops
+from . import _checks, _lib, ops
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -98,11 +98,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), num_splits=0,
                             return_softmax_lse=False, *, check_indices=False, sinks=None,
-                            softcap=0.0, rotary_interleaved=True):
+                            softcap=0.0, rotary_interleaved=True, k_scale=None, v_scale=None):
     """Decode: a few new query tokens against a KV cache, as flash-attn's function of this name
     (without its alibi and cache_leftpad arguments). CUDA tensors only.
 
-    q: (batch, seqlen_q, heads_q, head_dim), seqlen_q 1..16. k_cache, v_cache: (batch_cache,
+    q: (batch, seqlen_q, heads_q, head_dim), seqlen_q 1..16, head_dim 64, 96, 128, 192 or 256
+    (bf16/fp16 and e4m3 caches alike). k_cache, v_cache: (batch_cache,
     seqlen_cache, heads_kv, head_dim), or paged (num_blocks, page_block_size, heads_kv,
     head_dim) with block_table (batch, max_blocks) int32; their last dimension must be contiguous.
     k, v: optional (batch, seqlen_new, heads_kv, head_dim): written into the caches in place at
@@ -125,6 +126,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (2, 3), ... (GPT-J), False the halves x[:rotary_dim / 2], x[rotary_dim / 2:rotary_dim]
     (GPT-NeoX). seqlen_ro must cover every position used; check_indices=True checks it (and
     synchronises), otherwise it is the caller's duty.
+    k_scale, v_scale (keywords): an FP8 KV cache. k_cache and v_cache torch.float8_e4m3fn (q, k,
+    v stay bf16/fp16), the scales fp32 on q's device, (1,) per tensor or (heads_kv,) per KV head:
+    the cache means float(e4m3) * scale, and k, v are appended as e4m3 of (x / scale) rounded to
+    nearest even and saturated to +-448 (flashattn's decode.h states the rule bit for bit).
 
     Returns out (batch, seqlen_q, heads_q, head_dim); with return_softmax_lse, (out, lse), lse
     (batch, heads_q, seqlen_q) fp32, natural log, -inf for rows that see no key.
@@ -142,5 +147,22 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                block_table, 0.0 if softmax_scale is None else float(softmax_scale),
                                bool(causal), left, right, int(num_splits), bool(check_indices),
                                sinks, float(softcap), rotary_cos, rotary_sin,
-                               bool(rotary_interleaved))
+                               bool(rotary_interleaved), k_scale, v_scale)
     return (out, lse) if return_softmax_lse else out
+
+
+def kvcache_check_errors(device=None):
+    """Reports the bad indices flash_attn_with_kvcache met with check_indices=False (C++:
+    flashattn::decode_check_errors). Unchecked, a cache_seqlens[b] + seqlen_new outside the cache,
+    a cache_batch_idx outside it or a block_table entry outside [0, num_blocks) for a block that
+    was read is read as zeros and the call's result is unspecified; the kernel records it on the
+    device. This waits for the current stream of `device` (default: the current device), then
+    raises ValueError naming the first bad entry (and the kinds of any others) and clears the
+    record, or returns None when there were none. One call per batch of decode steps costs one
+    synchronisation; not inside CUDA graph capture (check after a replay).
+    """
+    if not torch.cuda.is_available():
+        _lib.decode_check_errors(0)  # raises UnsupportedError: no device
+        return
+    with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+        _lib.decode_check_errors(torch.cuda.current_stream().cuda_stream)

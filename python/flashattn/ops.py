@@ -204,14 +204,17 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
            "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, "
            "float softmax_scale, bool causal, int window_left, int window_right, int num_splits, "
            "bool check_indices, Tensor? sinks=None, float softcap=0.0, Tensor? rotary_cos=None, "
-           "Tensor? rotary_sin=None, bool rotary_interleaved=True) -> (Tensor, Tensor)")
+           "Tensor? rotary_sin=None, bool rotary_interleaved=True, Tensor? k_scale=None, "
+           "Tensor? v_scale=None) -> (Tensor, Tensor)")
 def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
                 softmax_scale, causal, window_left, window_right, num_splits, check_indices,
                 sinks=None, softcap=0.0, rotary_cos=None, rotary_sin=None,
-                rotary_interleaved=True):
+                rotary_interleaved=True, k_scale=None, v_scale=None):
     """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), fp32. With
-    rotary_cos/rotary_sin, q and k are rotated into library workspace first (never in place)."""
-    _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table)
+    rotary_cos/rotary_sin, q and k are rotated into library workspace first (never in place).
+    An e4m3 cache takes k_scale/v_scale (fp32, (1,) per tensor or (heads_kv,) per KV head)."""
+    _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
+                    k_scale, v_scale)
     _checks.sinks(sinks, q, q.shape[2])
     _checks.rotary(rotary_cos, rotary_sin, q)
     q = _last_dim_contiguous(q)
@@ -250,6 +253,11 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
     if sinks is not None:
         sinks = sinks.contiguous()
         params.sinks = _ptr(sinks)
+    if k_scale is not None:  # an e4m3 cache (checked above)
+        k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
+        params.cache_dtype = _lib.E4M3
+        params.kv_scale_layout = 0 if k_scale.shape[0] == 1 else 1
+        params.k_scale, params.v_scale = _ptr(k_scale), _ptr(v_scale)
     if rotary_cos is not None:  # dense tables; no host synchronisation (graph-capture safe)
         rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
         params.rotary_cos, params.rotary_sin = _ptr(rotary_cos), _ptr(rotary_sin)
@@ -265,7 +273,7 @@ def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
       causal, window_left, window_right, num_splits, check_indices, sinks=None, softcap=0.0,
-      rotary_cos=None, rotary_sin=None, rotary_interleaved=True):
+      rotary_cos=None, rotary_sin=None, rotary_interleaved=True, k_scale=None, v_scale=None):
     batch, seqlen_q, heads_q, _ = q.shape
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)

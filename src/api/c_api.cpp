@@ -61,7 +61,8 @@ constexpr size_t kDecodeV1Size = 368;
 static_assert(offsetof(flashattn_c_decode_params, sinks) == kDecodeV1Size);
 static_assert(offsetof(flashattn_c_decode_params, softcap) == 376);     // version 2's size
 static_assert(offsetof(flashattn_c_decode_params, rotary_cos) == 384);  // version 3's size
-static_assert(sizeof(flashattn_c_decode_params) == 416);
+static_assert(offsetof(flashattn_c_decode_params, cache_dtype) == 416);  // version 4's size
+static_assert(sizeof(flashattn_c_decode_params) == 440);
 
 // The backward struct's layout (version 1: 432 bytes; its sixteenth 32-bit field is
 // `deterministic`, so it has no `reserved`).
@@ -110,7 +111,9 @@ static_assert(sizeof(flashattn_c_bwd_params) == 440);
   FIELD(v_new_stride, v_new.stride) FIELD(sinks, sinks) FIELD(softcap, softcap)              \
   HEADER(reserved2) FIELD(rotary_cos, rotary_cos) FIELD(rotary_sin, rotary_sin)                 \
   FIELD(rotary_dim, rotary_dim) FIELD(seqlen_ro, seqlen_ro)                                     \
-  FIELD(rotary_interleaved, rotary_interleaved) HEADER(reserved3)
+  FIELD(rotary_interleaved, rotary_interleaved) HEADER(reserved3)                               \
+  FIELD(cache_dtype, cache_dtype) FIELD(kv_scale_layout, kv_scale_layout)                       \
+  FIELD(k_scale, k_scale) FIELD(v_scale, v_scale)
 
 #define FLASHATTN_C_BWD_FIELDS(HEADER, FIELD)                                                   \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
@@ -251,6 +254,20 @@ Status copy_field(const char* name, int32_t from, bool& to) {
 }
 Status copy_field(const char*, int32_t from, DType& to) {  // range checked by read_versioned
   to = static_cast<DType>(from);
+  return Status::success();
+}
+// 0 (a zero-filled older struct too): the caches are `dtype`; else a dtype code (the rules of
+// which are decode validation's).
+Status copy_field(const char* name, int32_t from, std::optional<DType>& to) {
+  if (from < FLASHATTN_C_BF16 || from > FLASHATTN_C_E5M2) {
+    return invalid(std::string(name) + ": must be 0 (dtype) or a FLASHATTN_C_* dtype, got " +
+                   std::to_string(from));
+  }
+  to = from == 0 ? std::nullopt : std::optional<DType>(static_cast<DType>(from));
+  return Status::success();
+}
+Status copy_field(const char*, int32_t from, KvScaleLayout& to) {  // range checked by validation
+  to = static_cast<KvScaleLayout>(from);
   return Status::success();
 }
 Status copy_field(const char*, const int64_t (&from)[4], int64_t (&to)[4]) {
@@ -420,6 +437,10 @@ int flashattn_c_decode_can_implement(const flashattn_c_decode_params* params, ch
 
 size_t flashattn_c_decode_params_size(void) {
   return sizeof(flashattn_c_decode_params);
+}
+
+int flashattn_c_decode_check_errors(void* stream, char* err, size_t err_len) {
+  return fa::guarded(err, err_len, [&] { return fa::decode_check_errors(stream); });
 }
 
 int flashattn_c_backward(const flashattn_c_bwd_params* params, int kernel, char* err,

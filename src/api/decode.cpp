@@ -7,6 +7,7 @@
 
 #include "common/decode_problem.h"
 #include "api/decode_splits.h"
+#include "api/decode_validate.h"
 #include "kernels/decode/entry.h"
 #include "common/cuda_check.h"
 #include "common/workspace.h"
@@ -36,7 +37,7 @@ Status choose_splits(const DecodeParams& p, DecodeProblem& d) {
   int device = 0, sms = 0, per_sm = 1;
   FA_CUDA_TRY(cudaGetDevice(&device));
   FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (Status s = decode_blocks_per_sm(d.dtype, d.head_dim, &per_sm); !s.ok()) return s;
+  if (Status s = decode_blocks_per_sm(d.dtype, d.head_dim, d.kv_e4m3, &per_sm); !s.ok()) return s;
   DecodeSplitInputs in;
   in.blocks = d.batch * d.heads_kv * d.row_chunks;
   in.key_tiles = (max_visible_keys(d) + kDecodeKeysPerTile - 1) / kDecodeKeysPerTile;
@@ -52,6 +53,7 @@ Status decode(const DecodeParams& params) {
   if (Status s = can_implement(params); !s.ok()) return s;
   DecodeProblem d = make_decode_problem(params);
   if (Status s = choose_splits(params, d); !s.ok()) return s;
+  if (Status s = decode_error_record(&d.errors); !s.ok()) return s;
 
   // One workspace block: the split partials (fp32 O and the log2-domain LSE of every (split,
   // batch, query, head)) when num_splits > 1, then the rotated q and k_new when rotary is on
@@ -82,6 +84,33 @@ Status decode(const DecodeParams& params) {
   const Status run = decode_run(d);
   const Status freed = workspace_free(ws, stream);
   return run.ok() ? freed : run;
+}
+
+Status decode_check_errors(void* stream_handle) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return {StatusCode::unsupported,
+            "decode_check_errors: needs a CUDA device and none is available"};
+  }
+  const auto stream = static_cast<cudaStream_t>(stream_handle);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FA_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    return {StatusCode::invalid_argument,
+            "stream: is capturing a CUDA graph; decode_check_errors synchronises, so call it "
+            "after a replay"};
+  }
+  DecodeErrorRecord* record = nullptr;
+  if (Status s = decode_error_record(&record); !s.ok()) return s;
+  DecodeErrorRecord seen;
+  FA_CUDA_TRY(cudaMemcpyAsync(&seen, record, sizeof seen, cudaMemcpyDeviceToHost, stream));
+  FA_CUDA_TRY(cudaStreamSynchronize(stream));
+  const Status status = decode_error_status(seen);
+  if (status.ok()) return status;
+  // Cleared in stream order: decode calls queued after this one on `stream` record afresh.
+  FA_CUDA_TRY(cudaMemsetAsync(record, 0, sizeof seen, stream));
+  return status;
 }
 
 void set_contiguous_layout(DecodeParams& p) {

@@ -38,15 +38,33 @@ int cache_rows(const DecodeParams& p) {
   return p.cache_batch > 0 ? p.cache_batch : p.batch;
 }
 
-// Copies `n` int32 from `src` (host or device memory) to the host, ordered on `stream`.
-Status to_host(const int32_t* src, int64_t n, cudaStream_t stream, std::vector<int32_t>& dst) {
+bool is_e4m3_cache(const DecodeParams& p) {
+  return decode_cache_dtype(p) == DType::e4m3;
+}
+// Values k_scale and v_scale each hold.
+int64_t scale_count(const DecodeParams& p) {
+  return p.kv_scale_layout == KvScaleLayout::per_kv_head ? p.heads_kv : 1;
+}
+std::string scale_count_text(const DecodeParams& p) {
+  return p.kv_scale_layout == KvScaleLayout::per_kv_head
+             ? "heads_kv = " + str(p.heads_kv) + " values (per_kv_head)"
+             : std::string("1 value (per_tensor)");
+}
+// A scale array as an input tensor: its bytes for the aliasing and placement checks.
+TensorArg scale_arg(const char* name, const float* scale, int64_t n) {
+  return {name, scale, {n, n, 1, 1}, {1, 1, n, 1}, 4};
+}
+
+// Copies `n` values from `src` (host or device memory) to the host, ordered on `stream`.
+template <typename T>
+Status to_host(const T* src, int64_t n, cudaStream_t stream, std::vector<T>& dst) {
   dst.resize(static_cast<size_t>(n));
   if (locate(src).host_ok) {
     std::copy(src, src + n, dst.begin());
     return Status::success();
   }
-  FA_CUDA_TRY(
-      cudaMemcpyAsync(dst.data(), src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, stream));
+  FA_CUDA_TRY(cudaMemcpyAsync(dst.data(), src, static_cast<size_t>(n) * sizeof(T),
+                              cudaMemcpyDeviceToHost, stream));
   FA_CUDA_TRY(cudaStreamSynchronize(stream));
   return Status::success();
 }
@@ -57,9 +75,10 @@ Status check_memory(const DecodeParams& p) {
   const int64_t cb = paged ? p.num_pages : cache_rows(p);
   const int64_t cs = paged ? p.page_size : p.cache_seqlen;
   const bool append = p.seqlen_new > 0;
+  const DType cache_dtype = decode_cache_dtype(p);  // 16-byte vectors: 16 elements of e4m3
   std::vector<TensorArg> inputs = {tensor_arg("q", p.q, {b, sq, hq, d}, p.dtype),
-                                   tensor_arg("k_cache", p.k_cache, {cb, cs, hkv, d}, p.dtype),
-                                   tensor_arg("v_cache", p.v_cache, {cb, cs, hkv, d}, p.dtype)};
+                                   tensor_arg("k_cache", p.k_cache, {cb, cs, hkv, d}, cache_dtype),
+                                   tensor_arg("v_cache", p.v_cache, {cb, cs, hkv, d}, cache_dtype)};
   if (append) {
     inputs.push_back(tensor_arg("k_new", p.k_new, {b, p.seqlen_new, hkv, d}, p.dtype));
     inputs.push_back(tensor_arg("v_new", p.v_new, {b, p.seqlen_new, hkv, d}, p.dtype));
@@ -77,6 +96,14 @@ Status check_memory(const DecodeParams& p) {
   if (reinterpret_cast<uintptr_t>(p.lse) % 4 != 0) return invalid("lse: must be 4-byte aligned");
   if (Status s = check_sinks_pointer(p.sinks); !s.ok()) return s;
   inputs.push_back(sinks_arg(p.sinks, hq));
+  if (is_e4m3_cache(p)) {  // read as fp32 scalars
+    for (auto [name, ptr] : {std::pair{"k_scale", p.k_scale}, {"v_scale", p.v_scale}}) {
+      if (reinterpret_cast<uintptr_t>(ptr) % alignof(float) != 0) {
+        return invalid(std::string(name) + ": must be a 4-byte aligned fp32 array of " +
+                       scale_count_text(p));
+      }
+    }
+  }
   if (has_rotary(p)) {  // read element by element: only the element's alignment is needed
     const int64_t half = p.rotary_dim / 2;
     for (auto [name, ptr] : {std::pair{"rotary_cos", p.rotary_cos}, {"rotary_sin", p.rotary_sin}}) {
@@ -84,6 +111,11 @@ Status check_memory(const DecodeParams& p) {
         return invalid(std::string(name) + ": must be 2-byte aligned");
       inputs.push_back({name, ptr, {0, 0, half, 1}, {1, 1, p.seqlen_ro, half}, 2});
     }
+  }
+
+  if (is_e4m3_cache(p)) {  // after the rotary tables: the indices below count on their order
+    inputs.push_back(scale_arg("k_scale", p.k_scale, scale_count(p)));
+    inputs.push_back(scale_arg("v_scale", p.v_scale, scale_count(p)));
   }
 
   // Outputs alias no input (the cache is written by the append and read afterwards); k_new/v_new
@@ -96,6 +128,13 @@ Status check_memory(const DecodeParams& p) {
         if (byte_range(inputs[i]).overlaps(byte_range(inputs[c])))
           return invalid(std::string(inputs[i].name) + ": overlaps " + inputs[c].name +
                          ", which it is appended to");
+    // The append writes the caches that the scales must outlive unchanged.
+    const size_t scales = is_e4m3_cache(p) ? 2 : 0;  // the last two inputs
+    for (size_t i = inputs.size() - scales; i < inputs.size(); ++i)
+      for (int c = 1; c < 3; ++c)
+        if (byte_range(inputs[i]).overlaps(byte_range(inputs[c])))
+          return invalid(std::string(inputs[i].name) + ": overlaps " + inputs[c].name +
+                         ", which the append writes");
   }
 
   std::vector<NamedPointer> pointers;
@@ -134,11 +173,40 @@ int64_t rotary_positions(const DecodeParams& p, int64_t cache_seqlen) {
   return cache_seqlen + std::max<int64_t>(p.seqlen_new, per_token ? p.seqlen_q : 1);
 }
 
+// The FP8 KV cache's rules (decode.h): cache_dtype, the scales and their layout.
+Status check_cache_dtype(const DecodeParams& p) {
+  const DType c = decode_cache_dtype(p);
+  if (c != p.dtype && !dtype_is_fp8(c)) {
+    return invalid(std::string("cache_dtype: must be unset, dtype (") + dtype_name(p.dtype) +
+                   ") or e4m3, got " + dtype_name(c));
+  }
+  if (p.kv_scale_layout != KvScaleLayout::per_tensor &&
+      p.kv_scale_layout != KvScaleLayout::per_kv_head) {
+    return invalid("kv_scale_layout: must be per_tensor or per_kv_head, got " +
+                   str(static_cast<int>(p.kv_scale_layout)));
+  }
+  for (auto [name, ptr] : {std::pair{"k_scale", p.k_scale}, {"v_scale", p.v_scale}}) {
+    if (dtype_is_fp8(c) && ptr == nullptr) {
+      return invalid(std::string(name) + ": required with cache_dtype " + dtype_name(c) +
+                     " (fp32, " + scale_count_text(p) + ")");
+    }
+    if (!dtype_is_fp8(c) && ptr != nullptr) {
+      return invalid(std::string(name) + ": only with cache_dtype e4m3 (the cache is " +
+                     dtype_name(c) + ")");
+    }
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 Status check_decode_shapes(const DecodeParams& p) {
-  if (!dtype_has_kernel(p.dtype) && !dtype_is_fp8(p.dtype))
-    return invalid("dtype: must be bf16 or fp16");
+  if (dtype_is_fp8(p.dtype)) {
+    return invalid(std::string("dtype: must be bf16 or fp16 (q, o, k_new, v_new), got ") +
+                   dtype_name(p.dtype) + "; an FP8 KV cache is cache_dtype = e4m3");
+  }
+  if (!dtype_has_kernel(p.dtype)) return invalid("dtype: must be bf16 or fp16");
+  if (Status s = check_cache_dtype(p); !s.ok()) return s;
   const std::pair<const char*, int> positive[] = {{"batch", p.batch},
                                                   {"heads_q", p.heads_q},
                                                   {"heads_kv", p.heads_kv},
@@ -221,10 +289,24 @@ Status check_decode_shapes(const DecodeParams& p) {
                    str(capacity(p)));
   }
   if (Status s = check_rotary_shapes(p); !s.ok()) return s;
-  // Valid input that no kernel runs yet: after every invalid_argument rule.
-  if (!dtype_has_kernel(p.dtype)) {
+  // Valid input that no kernel runs: after every invalid_argument rule.
+  if (decode_cache_dtype(p) == DType::e5m2) {
     return {StatusCode::unsupported,
-            std::string("dtype: ") + dtype_name(p.dtype) + " has no decode kernel in this build"};
+            "cache_dtype: e5m2 has no decode kernel; an FP8 KV cache is e4m3 (with k_scale, "
+            "v_scale)"};
+  }
+  return Status::success();
+}
+
+Status check_decode_scales(const DecodeParams& p, const float* k_scale, const float* v_scale) {
+  const int64_t n = scale_count(p);
+  for (auto [name, values] : {std::pair{"k_scale", k_scale}, {"v_scale", v_scale}}) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(values[i]) || !(values[i] > 0.f)) {
+        return invalid(std::string(name) + "[" + str(i) + "]: must be finite and > 0, got " +
+                       std::to_string(values[i]));
+      }
+    }
   }
   return Status::success();
 }
@@ -297,8 +379,45 @@ Status can_implement(const DecodeParams& p) {
   if (p.cache_batch_idx != nullptr) {
     if (Status s = to_host(p.cache_batch_idx, p.batch, stream, idx); !s.ok()) return s;
   }
+  if (is_e4m3_cache(p)) {
+    std::vector<float> ks, vs;
+    if (Status s = to_host(p.k_scale, scale_count(p), stream, ks); !s.ok()) return s;
+    if (Status s = to_host(p.v_scale, scale_count(p), stream, vs); !s.ok()) return s;
+    if (Status s = check_decode_scales(p, ks.data(), vs.data()); !s.ok()) return s;
+  }
   return check_decode_indices(p, seqlens.data(), is_paged(p) ? table.data() : nullptr,
                               p.cache_batch_idx ? idx.data() : nullptr);
+}
+
+Status decode_error_status(const DecodeErrorRecord& r) {
+  const char* const names[kDecodeErrorKinds] = {"cache_seqlens", "cache_batch_idx", "page_table"};
+  int first = -1;
+  std::string others;
+  for (int kind = 0; kind < kDecodeErrorKinds; ++kind) {
+    if (r.by_kind[kind].seen == 0) continue;
+    if (first < 0) {
+      first = kind;
+    } else {
+      others += others.empty() ? names[kind] : std::string(", ") + names[kind];
+    }
+  }
+  if (first < 0) return Status::success();
+  const DecodeErrorEntry& e = r.by_kind[first];
+  const std::string b = str(e.batch), v = str(e.value), limit = str(e.limit);
+  std::string message;
+  if (first == kDecodeErrorSeqlen) {
+    message = e.value < 0 ? "cache_seqlens[" + b + "]: must be >= 0, got " + v
+                          : "cache_seqlens[" + b + "]: " + v + " + seqlen_new " +
+                                str(e.seqlen_new) + " exceeds the cache capacity " + limit;
+  } else if (first == kDecodeErrorCacheRow) {
+    message = "cache_batch_idx[" + b + "]: " + v + " is outside [0, cache_batch = " + limit + ")";
+  } else {
+    message = "page_table[" + b + "][" + str(e.index) + "]: page " + v +
+              " is outside [0, num_pages = " + limit + ") and was read as zeros";
+  }
+  message += " (met by a decode kernel with check_indices off; that call's result is unspecified)";
+  if (!others.empty()) message += "; also bad since the last check: " + others;
+  return invalid(message);
 }
 
 }  // namespace flashattn

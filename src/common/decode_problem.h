@@ -19,6 +19,30 @@ inline constexpr int kDecodeRowsPerBlock = 16;
 inline constexpr int kDecodeKeysPerTile = 16;
 inline constexpr int kDecodeMaxSplits = 128;
 
+// An index a decode kernel found out of range with check_indices off (decode.h,
+// decode_check_errors): the kernels then read zeros in its place and record it here. One record
+// per device, in device memory the library owns, with one entry per kind: the first kernel to
+// claim an entry (seen 0 -> 1) describes its error, later ones of that kind are not kept. The
+// host reports the kinds in this order, the root cause first: a bad length also makes the kernel
+// read the page-table entries past the sequence's true end, which then look bad too.
+enum DecodeErrorKind : int32_t {
+  kDecodeErrorSeqlen = 0,    // cache_seqlens[batch] + seqlen_new outside [0, limit = capacity]
+  kDecodeErrorCacheRow = 1,  // cache_batch_idx[batch] outside [0, limit = cache rows)
+  kDecodeErrorPage = 2,      // page_table[batch][index] outside [0, limit = num_pages)
+  kDecodeErrorKinds = 3,
+};
+struct DecodeErrorEntry {
+  int32_t seen = 0;
+  int32_t batch = 0;
+  int32_t index = 0;       // page_table: the column of the page; else 0
+  int32_t value = 0;       // the entry read
+  int32_t limit = 0;       // the bound it broke
+  int32_t seqlen_new = 0;  // the call's seqlen_new (kDecodeErrorSeqlen)
+};
+struct DecodeErrorRecord {
+  DecodeErrorEntry by_kind[kDecodeErrorKinds];
+};
+
 struct DecodeProblem {
   DType dtype = DType::bf16;
   int batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
@@ -42,6 +66,13 @@ struct DecodeProblem {
   int64_t page_table_stride = 0;
   int num_pages = 0, page_size = 1;
   const int32_t* cache_seqlens = nullptr;
+
+  // FP8 KV cache (decode.h): the caches hold e4m3 and k = float(e4m3) * k_scale[h * per_head]
+  // (likewise v); k_new/v_new are quantised into them with the same scales.
+  bool kv_e4m3 = false;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int kv_scale_per_head = 0;  // 1: one scale per KV head; 0: one for the tensor
 
   const void* k_new = nullptr;
   const void* v_new = nullptr;
@@ -71,6 +102,8 @@ struct DecodeProblem {
   void* q_rotated = nullptr;
   void* k_new_rotated = nullptr;
 
+  DecodeErrorRecord* errors = nullptr;  // where the kernels record bad indices (null: nowhere)
+
   void* stream = nullptr;
 };
 
@@ -90,6 +123,12 @@ inline DecodeProblem make_decode_problem(const DecodeParams& p) {
   d.lse = p.lse;
   d.k_cache = p.k_cache.data;
   d.v_cache = p.v_cache.data;
+  d.kv_e4m3 = decode_cache_dtype(p) == DType::e4m3;
+  if (d.kv_e4m3) {
+    d.k_scale = p.k_scale;
+    d.v_scale = p.v_scale;
+    d.kv_scale_per_head = p.kv_scale_layout == KvScaleLayout::per_kv_head ? 1 : 0;
+  }
   d.k_new = p.k_new.data;
   d.v_new = p.v_new.data;
   for (int i = 0; i < 3; ++i) {

@@ -21,9 +21,10 @@ struct HeadDims {
 // arrays as written here ("HeadDims <name>[] = {{d, dv}, ...};"): keep that form.
 inline constexpr HeadDims kHeadDims[] = {{64, 64},   {96, 96},   {128, 128},
                                          {192, 192}, {192, 128}, {256, 256}};
-// The pairs the decode family is built for (a subset: decode packs one m16 tile of query rows
-// per key tile, and 96/192 are not instantiated yet).
-inline constexpr HeadDims kDecodeHeadDims[] = {{64, 64}, {128, 128}, {256, 256}};
+// The pairs the decode family is built for: every head_dim of kHeadDims with head_dim_v equal to
+// it (decode's q, k, v and o share one head dim).
+inline constexpr HeadDims kDecodeHeadDims[] = {
+    {64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}};
 // The pair the lineage's Hopper steps (K3, K4, K5) are built for.
 inline constexpr HeadDims kLineageHeadDims[] = {{128, 128}};
 // The pairs the Hopper backward (K6's family) is built for; the others run on fa2's backward.

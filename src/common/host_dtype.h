@@ -74,4 +74,51 @@ inline float round_to(float value, DType dtype) {
                               : fp16_to_float(float_to_fp16(value));
 }
 
+// FP8 e4m3 (OCP E4M3FN: bias 7, 3 mantissa bits, no infinities, largest finite 448, NaN 0x7F).
+// Every e4m3 value is exact in fp32 (and in bf16 and fp16).
+inline float e4m3_to_float(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu;
+  const uint32_t mant = b & 0x7u;
+  if (exp == 15 && mant == 7) return bits_float(sign | 0x7fc00000u);  // NaN
+  if (exp == 0) {
+    const float f = static_cast<float>(mant) * 0.001953125f;  // 2^-9
+    return sign ? -f : f;
+  }
+  return bits_float(sign | ((exp - 7 + 127) << 23) | (mant << 20));
+}
+
+// Round to nearest e4m3, ties to even, saturating to ±448 (infinity included); NaN -> 0x7F. Bit
+// for bit __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3) (decode.h states the rule).
+inline uint8_t float_to_e4m3(float f) {
+  const uint32_t u = float_bits(f);
+  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return 0x7f;                                // NaN
+  if (abs >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7e);  // >= 448: saturate
+  if (abs < 0x3c800000u) {  // below 2^-6, the smallest normal: the subnormal grid (2^-9 steps)
+    // Exact scaling by a power of two; nearbyint rounds half to even. 8 steps carry into the
+    // smallest normal, whose encoding (0x08) is the same integer.
+    const auto m = static_cast<uint32_t>(std::nearbyint(bits_float(abs) * 512.0f));
+    return static_cast<uint8_t>(sign | m);
+  }
+  const uint32_t mant = abs & 0x7fffffu;
+  const uint32_t exp = (abs >> 23) - 127 + 7;  // 1..8+7
+  uint32_t h = (exp << 3) | (mant >> 20);
+  const uint32_t rest = mant & 0xfffffu;
+  if (rest > 0x80000u || (rest == 0x80000u && (h & 1u))) ++h;  // carries into the exponent
+  // Below 448 rounding is monotone, so h <= 0x7e (448) here.
+  return static_cast<uint8_t>(sign | h);
+}
+
+// The FP8 KV cache's quantisation of one appended value (decode.h): x / scale as one fp32
+// division (round to nearest even), then float_to_e4m3.
+inline uint8_t quantize_e4m3(float x, float scale) {
+  return float_to_e4m3(x / scale);
+}
+// The cache's value of one e4m3 element: float(e4m3) * scale in fp32.
+inline float dequantize_e4m3(uint8_t b, float scale) {
+  return e4m3_to_float(b) * scale;
+}
+
 }  // namespace flashattn

@@ -12,7 +12,7 @@ from flashattn import _lib
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
     assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 304
-    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 416
+    assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 440
     assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 440
     assert flashattn.library_version() == flashattn.__version__
 
@@ -43,8 +43,8 @@ def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
 
 
 def test_fp8_dtype_is_known_and_unsupported():
-    # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check and are refused by can_implement as a
-    # dtype with no kernel; 4 is no dtype at all.
+    # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check; forward refuses them as a dtype with no
+    # kernel; 4 is no dtype at all.
     q = ctypes.create_string_buffer(4096)
     for code, name in ((_lib.E4M3, "e4m3"), (_lib.E5M2, "e5m2")):
         p = _lib.Params(dtype=code, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1, heads_kv=1,
@@ -54,13 +54,32 @@ def test_fp8_dtype_is_known_and_unsupported():
             _lib.UNSUPPORTED, f"dtype: {name} has no kernel in this build (FP8 forward is planned)")
         with pytest.raises(flashattn.UnsupportedError, match=f"dtype: {name} has no kernel"):
             _lib.forward(p, _lib.kernel_id("cpu"))
-        # decode: the shape rules read no memory, so placeholder pointers reach the dtype rule.
-        d = _lib.DecodeParams(dtype=code, batch=1, seqlen_q=1, heads_q=1, heads_kv=1, head_dim=64,
-                              cache_seqlen=16, cache_seqlens=16)
-        assert _lib.decode_can_implement(d) == (_lib.UNSUPPORTED,
-                                                f"dtype: {name} has no decode kernel in this build")
     code, msg = _lib.can_implement(_lib.Params(dtype=4), 0)
     assert code == _lib.INVALID_ARGUMENT and msg.startswith("dtype: must be FLASHATTN_C_BF16 (0)")
+
+
+def test_decode_fp8_is_a_cache_dtype_not_a_q_dtype():
+    """Decode reads an e4m3 KV cache (cache_dtype) while q, o, k_new and v_new stay bf16/fp16: an
+    FP8 dtype is refused as invalid (it names cache_dtype), an e5m2 cache as unsupported."""
+    def params(**kw):  # the shape rules read no memory: placeholder pointers
+        fields = dict(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1, head_dim=64,
+                      cache_seqlen=16, cache_seqlens=16)
+        fields.update(kw)
+        return _lib.DecodeParams(**fields)
+    for code, name in ((_lib.E4M3, "e4m3"), (_lib.E5M2, "e5m2")):
+        assert _lib.decode_can_implement(params(dtype=code)) == (
+            _lib.INVALID_ARGUMENT, f"dtype: must be bf16 or fp16 (q, o, k_new, v_new), got {name}; "
+            "an FP8 KV cache is cache_dtype = e4m3")
+        with pytest.raises(ValueError, match=f"dtype: must be bf16 or fp16 .* got {name}"):
+            _lib.decode(params(dtype=code))
+    # An e4m3 cache with its scales passes every dtype rule: the first refusal is the null q.
+    for dtype in (_lib.BF16, _lib.FP16):
+        assert _lib.decode_can_implement(params(dtype=dtype, cache_dtype=_lib.E4M3, k_scale=64,
+                                                v_scale=64)) == (
+            _lib.INVALID_ARGUMENT, "q.data: must not be null")
+    assert _lib.decode_can_implement(params(cache_dtype=_lib.E5M2, k_scale=64, v_scale=64)) == (
+        _lib.UNSUPPORTED,
+        "cache_dtype: e5m2 has no decode kernel; an FP8 KV cache is e4m3 (with k_scale, v_scale)")
 
 
 def test_kernel_names_round_trip():
@@ -264,3 +283,33 @@ def test_backward_abi_rules_map_to_python_exceptions():
     p.dq = keep[0].data_ptr()  # dq aliasing q
     with pytest.raises(ValueError, match="dq: overlaps input q"):
         _lib.backward(p, _lib.kernel_id("cpu"))
+
+
+def test_fp8_cache_fields_and_older_sizes():
+    """Version 5 appends the FP8 KV cache (cache_dtype, kv_scale_layout, k_scale, v_scale; 440
+    bytes): their rules are read from a struct of the current size; a caller of version 4 (416
+    bytes) is not read past its end (a zero-filled tail: the caches are `dtype`)."""
+    def params(**kw):  # the shape rules read no memory: placeholder pointers
+        return _lib.DecodeParams(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1,
+                                 head_dim=64, cache_seqlen=16, cache_seqlens=16, **kw)
+    assert _lib.decode_can_implement(params(cache_dtype=_lib.E4M3)) == (
+        _lib.INVALID_ARGUMENT,
+        "k_scale: required with cache_dtype e4m3 (fp32, 1 value (per_tensor))")
+    assert _lib.decode_can_implement(params(cache_dtype=_lib.E4M3, kv_scale_layout=1,
+                                            k_scale=64)) == (
+        _lib.INVALID_ARGUMENT,
+        "v_scale: required with cache_dtype e4m3 (fp32, heads_kv = 1 values (per_kv_head))")
+    assert _lib.decode_can_implement(params(cache_dtype=9)) == (
+        _lib.INVALID_ARGUMENT, "cache_dtype: must be 0 (dtype) or a FLASHATTN_C_* dtype, got 9")
+    assert _lib.decode_can_implement(params(k_scale=64)) == (
+        _lib.INVALID_ARGUMENT, "k_scale: only with cache_dtype e4m3 (the cache is bf16)")
+    old = params(cache_dtype=9, k_scale=64)
+    old.struct_size = 416
+    code, msg = _lib.decode_can_implement(old)
+    assert "cache_dtype" not in msg and "k_scale" not in msg
+    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(
+        _lib.DecodeParams)}
+    assert fields["cache_dtype"] == ("int32", 416)
+    assert fields["kv_scale_layout"] == ("int32", 420)
+    assert fields["k_scale"] == ("pointer", 424)
+    assert fields["v_scale"] == ("pointer", 432)

@@ -14,7 +14,7 @@ from flashattn import _lib, flash_attn_with_kvcache
 
 
 def test_decode_struct_mirrors_the_library():
-    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 416
+    assert _lib.lib().flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 440
 
 
 def test_decode_struct_reaches_the_validation():
@@ -117,6 +117,8 @@ CASES = [
     (2, 6, 1, 64, 3, [200, 513], 2, 0, True, torch.float16, True, (-1, -1), 3),
     (4, 16, 16, 256, 2, [64, 1, 700, 90], 1, 64, False, torch.float16, True, (40, 0), 1),
     (1, 8, 2, 64, 16, [2047], 0, 256, False, torch.bfloat16, False, (100, 3), 0),
+    (3, 8, 2, 96, 1, [300, 0, 1000], 1, 0, True, torch.bfloat16, True, (-1, -1), 3),
+    (2, 12, 4, 192, 2, [700, 33], 2, 16, False, torch.float16, False, (-1, -1), 0),
 ]
 
 
@@ -161,6 +163,37 @@ def test_bad_indices_refused_when_checked():
     with pytest.raises(ValueError, match="page_table"):
         flash_attn_with_kvcache(**kwargs, check_indices=True)
     assert torch.equal(kwargs["k_cache"].view(torch.int16), k_before.view(torch.int16))
+
+
+@pytest.mark.gpu
+def test_unchecked_bad_indices_are_reported_by_kvcache_check_errors():
+    """check_indices=False (the default) runs bad indices as zeros; the kernel records the first
+    bad entry and kvcache_check_errors() reports it once (then the record is clear)."""
+    try:
+        flashattn.kvcache_check_errors()  # whatever an earlier test left
+    except ValueError:
+        pass
+    kwargs, _, _ = _case(2, 8, 2, 64, 1, [10, 20], 1, 16, False, torch.bfloat16)
+    flash_attn_with_kvcache(**kwargs)
+    flashattn.kvcache_check_errors()  # good indices: nothing recorded
+    kwargs["block_table"][1, 0] = 99999
+    flash_attn_with_kvcache(**kwargs)  # runs: the bad page reads as zeros
+    with pytest.raises(ValueError, match=r"page_table\[1\]\[0\]: page 99999 is outside"):
+        flashattn.kvcache_check_errors()
+    flashattn.kvcache_check_errors()
+    kwargs["block_table"][1, 0] = 0
+    kwargs["cache_seqlens"][0] = -4
+    flash_attn_with_kvcache(**kwargs)
+    with pytest.raises(ValueError, match=r"cache_seqlens\[0\]: must be >= 0, got -4"):
+        flashattn.kvcache_check_errors()
+
+
+def test_kvcache_check_errors_needs_a_device():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present (the GPU test above covers it)")
+    with pytest.raises(flashattn.UnsupportedError, match="decode_check_errors: needs a CUDA device"):
+        flashattn.kvcache_check_errors()
+    assert _lib.lib().flashattn_c_decode_check_errors(None, None, 0) == _lib.UNSUPPORTED
 
 
 @pytest.mark.gpu
@@ -314,3 +347,64 @@ def test_rotary_custom_op_schema_and_fake():
 
 def test_package_exports_it():
     assert "flash_attn_with_kvcache" in flashattn.__all__
+    assert "kvcache_check_errors" in flashattn.__all__
+
+
+# ---- FP8 (e4m3) KV cache: k_scale / v_scale ----------------------------------------------------
+@pytest.mark.parametrize("change, says", [
+    (dict(no_scales=True), "k_scale, v_scale: required with a torch.float8_e4m3fn cache"),
+    (dict(sixteen=True), "k_scale, v_scale: only with a torch.float8_e4m3fn cache"),
+    (dict(scale_len=3), r"k_scale.shape\[0\]: must be 1 \(per tensor\) or heads_kv = 2"),
+    (dict(scale_dtype=torch.float16), "k_scale.dtype: must be torch.float32"),
+])
+def test_fp8_cache_bad_arguments(change, says):
+    """The torch-side rules of an FP8 cache, checked before anything touches a device."""
+    q = torch.zeros(2, 1, 8, 64, dtype=torch.bfloat16)
+    dtype = torch.bfloat16 if change.get("sixteen") else torch.float8_e4m3fn
+    cache = torch.zeros(2, 32, 2, 64, dtype=dtype)
+    scale = torch.ones(change.get("scale_len", 1), dtype=change.get("scale_dtype", torch.float32))
+    scales = {} if change.get("no_scales") else dict(k_scale=scale, v_scale=scale.clone())
+    with pytest.raises(ValueError, match=says):
+        flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=3, **scales)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [128, 96, 192])
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_fp8_cache_equals_sixteen_bit_on_the_dequantised_cache(per_head, page_size, d):
+    """With power-of-two scales the e4m3 cache's values are exact in bf16: the FP8 call must equal,
+    bitwise, the bf16 call on the dequantised cache (fixed splits), and the appended rows must be
+    e4m3 of (k / scale) rounded to nearest even (torch's cast; values kept inside +-448)."""
+    torch.manual_seed(20)
+    b, hq, hkv, cap = 2, 8, 2, 96
+    ks = torch.tensor([0.5, 2.0] if per_head else [0.5], device="cuda")
+    vs = torch.tensor([0.25, 1.0] if per_head else [0.25], device="cuda")
+    rows = b * cap // page_size if page_size else b
+    per_row = page_size if page_size else cap
+    shape = (rows, per_row, hkv, d)
+    head_k = ks.view(1, 1, -1, 1) if per_head else ks
+    head_v = vs.view(1, 1, -1, 1) if per_head else vs
+    k8 = (torch.randn(shape, device="cuda") / head_k).to(torch.float8_e4m3fn)
+    v8 = (torch.randn(shape, device="cuda") / head_v).to(torch.float8_e4m3fn)
+    q = torch.randn(b, 1, hq, d, device="cuda").to(torch.bfloat16)
+    k_new = torch.randn(b, 1, hkv, d, device="cuda").to(torch.bfloat16)
+    v_new = torch.randn(b, 1, hkv, d, device="cuda").to(torch.bfloat16)
+    seqlens = torch.tensor([40, 77], dtype=torch.int32, device="cuda")
+    table = (torch.randperm(rows, device="cuda").to(torch.int32).view(b, -1) if page_size
+             else None)
+    deq = lambda c, s: (c.float() * s).to(torch.bfloat16)  # noqa: E731
+    out8 = flash_attn_with_kvcache(q, k8, v8, k=k_new, v=v_new, cache_seqlens=seqlens,
+                                   block_table=table, causal=True, num_splits=3,
+                                   k_scale=ks, v_scale=vs)
+    # The appended rows: e4m3 of (k / scale).
+    for i in range(b):
+        j = int(seqlens[i])
+        row, at = ((table[i, j // page_size], j % page_size) if page_size else (i, j))
+        want_k = (k_new[i, 0].float() / head_k.view(-1, 1) if per_head else
+                  k_new[i, 0].float() / ks).to(torch.float8_e4m3fn)
+        assert torch.equal(k8[row, at].view(torch.uint8), want_k.view(torch.uint8))
+    k16, v16 = deq(k8, head_k), deq(v8, head_v)  # the cache after the append, dequantised
+    out16 = flash_attn_with_kvcache(q, k16, v16, cache_seqlens=seqlens + 1, block_table=table,
+                                    causal=True, num_splits=3)
+    assert torch.equal(out8.view(torch.int16), out16.view(torch.int16))

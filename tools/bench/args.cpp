@@ -250,6 +250,16 @@ const std::vector<Flag>& flags() {
        "                         standard tables (theta 10000); query i at seqlen-k + i when causal\n"
        "                         or windowed, else all at seqlen-k (flash-attn's rule) [0: off]",
        int_field("--rotary-dim", &Options::rotary_dim, 0, kMaxHeadDim)},
+      {"--kv-dtype", "same|e4m3",
+       "decode: the KV cache's element type: the --dtype of q (same), or e4m3 with\n"
+       "                         per-tensor scales (k 0.5, v 0.25; powers of two, so --check's\n"
+       "                         dequantised cache is exact in --dtype) [same]",
+       [](Options& o, std::string_view v) -> std::string {
+         if (v != "same" && v != "e4m3")
+           return "--kv-dtype: expected 'same' or 'e4m3', got " + quote(v);
+         o.kv_e4m3 = v == "e4m3";
+         return {};
+       }},
       {"--rotary-interleaved", nullptr,
        "decode: rotate pairs (0,1),(2,3)... (GPT-J) instead of halves (GPT-NeoX)",
        [](Options& o, std::string_view) -> std::string {
@@ -372,6 +382,10 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   }
   if (opts.graph && !decode_mode) {
     error = "--graph: only with --decode or --sweep decode (graph timing is for decode steps)";
+    return ParseOutcome::error;
+  }
+  if (opts.kv_e4m3 && opts.decode_q == 0 && !opts.sweep_decode) {
+    error = "--kv-dtype: only with --decode or --sweep decode (an FP8 KV cache is a decode option)";
     return ParseOutcome::error;
   }
   if (opts.rotary_interleaved && opts.rotary_dim == 0) {

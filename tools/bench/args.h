@@ -48,6 +48,7 @@ struct Options {
   int num_splits = 0;  // decode: 0 lets the heuristic choose
   int rotary_dim = 0;  // decode: rotary embedding of q over this many dims (0: off)
   bool rotary_interleaved = false;  // decode: GPT-J pairs instead of GPT-NeoX halves
+  bool kv_e4m3 = false;  // decode: an FP8 (e4m3) KV cache, per-tensor scales (--kv-dtype e4m3)
   bool sweep_decode = false;
   bool graph = false;  // decode: time CUDA-graph replays (per call: replay time / calls held)
   // Backward mode (--bwd): the forward runs once for o and lse, then backward() is timed.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -20,7 +21,12 @@ struct DecodeWorkload {
   int rotary_dim = 0;  // rotary embedding of q (0: off); cache full, so positions seqlen_k + i
   bool rotary_interleaved = false;
   bool graph = false;  // --graph: time replays of a CUDA graph instead of each call by events
+  bool kv_e4m3 = false;  // --kv-dtype e4m3: an FP8 cache with per-tensor scales kKScale, kVScale
 };
+
+// --kv-dtype e4m3's scales: powers of two, so that the dequantised cache --check compares against
+// is exact in the 16-bit dtype.
+constexpr float kKScale = 0.5f, kVScale = 0.25f;
 
 // The decode grid: PEERS.md's six shapes (32 query / 8 KV heads, hd 128), the shapes of the
 // bandwidth bar (batch 1 at 16k/32k keys, batch 8 at 4k), 32/32 heads, head dim 64, and two
@@ -45,6 +51,7 @@ std::vector<DecodeWorkload> decode_workloads(const Options& o) {
     d.rotary_dim = o.rotary_dim;
     d.rotary_interleaved = o.rotary_interleaved;
     d.graph = o.graph;
+    d.kv_e4m3 = o.kv_e4m3;
     return d;
   };
   if (!o.sweep_decode) {
@@ -81,7 +88,7 @@ struct DecodeSet {
 struct DecodeBuffers {
   DecodeWorkload d;
   std::vector<DecodeSet> sets;
-  Block o, lse, seqlens, table, sinks, rotary_cos, rotary_sin;
+  Block o, lse, seqlens, table, sinks, rotary_cos, rotary_sin, k_scale, v_scale;
   std::vector<int32_t> host_table;
   // --rotary-dim: standard tables (theta 10000) for positions 0 .. seqlen_k + seqlen_q - 1.
   std::vector<uint16_t> host_cos, host_sin;
@@ -105,7 +112,16 @@ struct DecodeBuffers {
       std::mt19937_64 rng(seed);
       std::shuffle(host_table.begin(), host_table.end(), rng);
     }
-    cache_bytes = rows * w.kv_heads * w.hdim * es;
+    cache_bytes = rows * w.kv_heads * w.hdim * (d.kv_e4m3 ? 1 : es);
+    if (d.kv_e4m3) {
+      for (auto [blk, scale] : {std::pair{&k_scale, kKScale}, {&v_scale, kVScale}}) {
+        if (Status st = blk->allocate(Memory::device, 4); !st.ok()) return st;
+        if (Status st = cuda_status(cudaMemcpy(blk->get(), &scale, 4, cudaMemcpyHostToDevice),
+                                    "cudaMemcpy(kv scales)");
+            !st.ok())
+          return st;
+      }
+    }
     if (Status st = o.allocate(Memory::device, q_bytes); !st.ok()) return st;
     if (Status st = lse.allocate(Memory::device, size_t(w.batch) * w.heads * w.seqlen_q * 4);
         !st.ok())
@@ -172,14 +188,24 @@ struct DecodeBuffers {
     // Set 0 from N(0, 1), the others copies of it (residency depends on addresses, not values).
     // Caches of gigabytes repeat a 16 MB random block: drawing every value on the host would
     // take seconds per configuration of the device's time.
+    // --kv-dtype e4m3: the caches are that block quantised by decode's rule (reference.h).
     for (auto [blk, salt] : {std::pair{&sets[0].q, 1}, {&sets[0].k, 2}, {&sets[0].v, 3}}) {
-      const size_t n = blk->bytes() / 2;
+      const bool e4m3 = d.kv_e4m3 && salt > 1;
+      const size_t es_blk = e4m3 ? 1 : 2;
+      const size_t n = blk->bytes() / es_blk;
       std::vector<uint16_t> host(std::min<size_t>(n, size_t{8} << 20));
       reference::fill_normal(host.data(), std::ssize(host), w.dtype, seed * 7 + salt);
+      std::vector<uint8_t> bytes(host.size() * es_blk);
+      if (e4m3) {
+        reference::quantize_e4m3(w.dtype, host.data(), std::ssize(host),
+                                 salt == 2 ? kKScale : kVScale, bytes.data());
+      } else {
+        std::memcpy(bytes.data(), host.data(), bytes.size());
+      }
       for (size_t at = 0; at < n; at += host.size()) {
         const size_t len = std::min(host.size(), n - at);
-        if (Status st = cuda_status(cudaMemcpy(static_cast<uint16_t*>(blk->get()) + at, host.data(),
-                                               len * 2, cudaMemcpyHostToDevice),
+        if (Status st = cuda_status(cudaMemcpy(static_cast<uint8_t*>(blk->get()) + at * es_blk,
+                                               bytes.data(), len * es_blk, cudaMemcpyHostToDevice),
                                     "cudaMemcpy");
             !st.ok())
           return st;
@@ -237,6 +263,11 @@ struct DecodeBuffers {
       p.seqlen_ro = seqlen_ro;
       p.rotary_interleaved = d.rotary_interleaved;
     }
+    if (d.kv_e4m3) {
+      p.cache_dtype = DType::e4m3;
+      p.k_scale = static_cast<const float*>(k_scale.get());
+      p.v_scale = static_cast<const float*>(v_scale.get());
+    }
     p.stream = stream;
     return p;
   }
@@ -285,8 +316,17 @@ Status check_decode(const DecodeBuffers& buf, const RunContext& ctx, CheckSummar
     cudaMemcpy(h.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost);
     return h;
   };
-  std::vector<uint16_t> q = host(buf.sets[0].q), k = host(buf.sets[0].k), v = host(buf.sets[0].v),
-                        o = host(buf.o);
+  // An e4m3 cache is checked as its dequantised values (exact in the dtype: power-of-two scales).
+  auto cache = [&](const Block& b, float scale) {
+    if (!buf.d.kv_e4m3) return host(b);
+    std::vector<uint8_t> bytes(b.bytes());
+    cudaMemcpy(bytes.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost);
+    std::vector<uint16_t> h(bytes.size());
+    reference::dequantize_e4m3(bytes.data(), std::ssize(bytes), scale, w.dtype, h.data());
+    return h;
+  };
+  std::vector<uint16_t> q = host(buf.sets[0].q), k = cache(buf.sets[0].k, kKScale),
+                        v = cache(buf.sets[0].v, kVScale), o = host(buf.o);
   std::vector<float> lse(buf.lse.bytes() / 4);
   cudaMemcpy(lse.data(), buf.lse.get(), buf.lse.bytes(), cudaMemcpyDeviceToHost);
   if (buf.d.rotary_dim > 0) {  // the cache is full: query token i at seqlen_k (+ i if local)
@@ -362,7 +402,8 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
   info.num_splits = dw.num_splits;
   info.rotary_dim = dw.rotary_dim;
   info.rotary_interleaved = dw.rotary_interleaved;
-  info.kv_bytes = 2.0 * w.batch * w.seqlen_k * w.kv_heads * w.hdim * 2;
+  info.kv_bytes = 2.0 * w.batch * w.seqlen_k * w.kv_heads * w.hdim * (dw.kv_e4m3 ? 1 : 2);
+  info.kv_e4m3 = dw.kv_e4m3;
   info.copy_gbps = copy_gbps;
   info.graph = dw.graph;
   rec.decode = info;
@@ -525,6 +566,10 @@ int run_decode(const Options& opts, const RunInfo& info, const RunContext& ctx) 
   if (info.sm_clock_mhz) std::printf(" (peak SM clock %d MHz)", *info.sm_clock_mhz);
   std::printf("\n# seed: %llu\n# device-to-device copy (1 GiB, read+write): %.0f GB/s\n",
               static_cast<unsigned long long>(info.seed), copy_gbps);
+  if (opts.kv_e4m3) {
+    std::printf("# kv cache: e4m3, per-tensor scales k %g, v %g (GB/s counts its bytes)\n", kKScale,
+                kVScale);
+  }
   if (opts.rotary_dim > 0) {
     std::printf("# rotary: q's first %d dims, %s, theta 10000\n", opts.rotary_dim,
                 opts.rotary_interleaved ? "interleaved pairs (GPT-J)" : "halves (GPT-NeoX)");

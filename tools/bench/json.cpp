@@ -99,6 +99,8 @@ std::string record_json(const Record& r) {
     if (r.decode->rotary_dim > 0)
       s += std::string(", \"rotary_interleaved\": ") +
            (r.decode->rotary_interleaved ? "true" : "false");
+    s += std::string(", \"kv_dtype\": \"") + (r.decode->kv_e4m3 ? "e4m3" : dtype_name(r.w.dtype)) +
+         "\"";
     s += ", \"bytes\": " + number(r.decode->kv_bytes);
     s += ", \"gbps\": " + (r.ran ? number(r.decode->gbps) : "null");
     s += ", \"copy_gbps\": " + number(r.decode->copy_gbps);

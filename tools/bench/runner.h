@@ -31,6 +31,7 @@ struct DecodeInfo {
   bool graph = false;   // timed as CUDA-graph replays (record field timing: "cuda_graph")
   double copy_gbps = 0;  // device-to-device copy in the same run, bytes read + written per second
   int rotary_dim = 0;    // rotary embedding of q (0: off)
+  bool kv_e4m3 = false;  // an FP8 (e4m3) KV cache (record field kv_dtype)
   bool rotary_interleaved = false;
 };
 

@@ -35,7 +35,7 @@ inline constexpr int kCombineWarps = 4;
 
 // One block per output row (batch, query, head). The combine is latency-bound (the partials are
 // L2-resident and few), so the splits are spread over the four warps, each with up to eight
-// splits' loads in flight at once; each lane owns kHeadDim/32 columns. Measured on the H100
+// splits' loads in flight at once; each lane owns kPer columns. Measured on the H100
 // (batch 1, 32 splits): a single warp per row looping over the splits took 10.5 us.
 // The result is the exact merge up to fp32 rounding, and the same on every run (fixed order).
 template <typename Element, int kHeadDim>
@@ -43,13 +43,20 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
   FA_TRACE(kTraceCombine, 0, 0);
   wait_for_primary();  // the split grid and its partials are complete (programmatic launch)
   FA_TRACE(kTraceCombine, 1, 0);
-  constexpr int kPer = kHeadDim / 32;
+  // Columns per lane: hd / 32 at hd 64, 128, 256; at hd 96 and 192 (hd / 32 = 3 or 6, which would
+  // break the float2 loads and the packed stores) 4 or 8 columns on 24 lanes, so that every lane's
+  // loads and stores stay whole aligned vectors. The idle lanes still compute the warp's running
+  // max and sum (every lane does), but load and store nothing.
+  constexpr int kPer = (kHeadDim / 32) % 3 == 0 ? kHeadDim / 24 : kHeadDim / 32;
+  static_assert(kPer * 32 >= kHeadDim && kHeadDim % kPer == 0 && (kPer & (kPer - 1)) == 0,
+                "combine: no column plan for this head dim");
   constexpr int kBatch = 8;  // splits per warp in flight
   __shared__ float part[kCombineWarps][kHeadDim];
   __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
   const int64_t total = int64_t(p.batch) * p.seqlen_q * p.heads_q;
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool has_cols = lane * kPer < kHeadDim;
   const float neg_inf = -__builtin_huge_valf();
 
   // Each warp merges its splits (warp, warp + 4, ...) eight loads at a time against its own
@@ -70,9 +77,11 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
         const float* src = p.o_partial + (s * total + row) * kHeadDim + lane * kPer;
 #pragma unroll
         for (int c = 0; c < kPer; c += 2) {
-          const float2 x = *reinterpret_cast<const float2*>(src + c);
-          v[u][c] = x.x;
-          v[u][c + 1] = x.y;
+          if (has_cols) {
+            const float2 x = *reinterpret_cast<const float2*>(src + c);
+            v[u][c] = x.x;
+            v[u][c + 1] = x.y;
+          }
         }
       }
     }
@@ -94,14 +103,16 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_kernel(const Decod
     m = m_new;
   }
   FA_TRACE(kTraceCombine, 3, 0);
+  if (has_cols) {
 #pragma unroll
-  for (int c = 0; c < kPer; ++c) part[warp][lane * kPer + c] = acc[c];
+    for (int c = 0; c < kPer; ++c) part[warp][lane * kPer + c] = acc[c];
+  }
   if (lane == 0) {
     warp_max[warp] = m;
     warp_sum[warp] = W;
   }
   __syncthreads();
-  if (warp != 0) return;
+  if (warp != 0 || !has_cols) return;
 
   float M = neg_inf;
 #pragma unroll

@@ -6,19 +6,28 @@
 //   S = Q·Kᵀ (mma.sync), mask the edge tiles, online softmax in the log2 domain, O += P·V.
 // The warps' states merge through shared memory at the end; the block writes O and LSE directly
 // (one split) or an fp32 partial and its log2-LSE for the combine kernel.
+//
+// FP8 KV cache (kKvE4m3): the ring holds e4m3 tiles (one byte per element: half the bytes per
+// tile); each warp widens the tile it is about to use into its own Element tile (exact: every
+// e4m3 value is a bf16 and an fp16 value), which the unchanged ldmatrix/mma path reads, and the
+// scales are applied in fp32: k_scale to S (folded into the softmax scale), v_scale to O.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
-#include "common/decode_problem.h"
 #include "common/convert.cuh"
+#include "common/decode_problem.h"
 #include "common/mask.h"
 #include "common/math_constants.h"
 #include "common/sink.h"
+#include "kernels/decode/errors.cuh"
 #include "kernels/decode/ptx_sm80.cuh"
+#include "kernels/decode/swizzle.h"
 #include "kernels/decode/tile_size.h"
 #include "kernels/decode/trace.h"
 
@@ -28,41 +37,93 @@ inline constexpr int kRows = kDecodeRowsPerBlock;   // 16
 inline constexpr int kBlockN = kDecodeKeysPerTile;  // 16
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
-template <typename Element_, int kHeadDim_, int kWarps_ = kDecodeWarps>
+template <typename Element_, int kHeadDim_, int kWarps_ = kDecodeWarps, bool kKvE4m3_ = false>
 struct Config {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = kWarps_;  // each streams its own key tiles
+  static constexpr bool kKvE4m3 = kKvE4m3_;
+  // What the cache holds: Element, or e4m3 bytes.
+  using KvStore = std::conditional_t<kKvE4m3, uint8_t, Element>;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kChunks = kHeadDim / 8;      // 16-byte chunks per row
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row of Q (Element)
+  static constexpr int kKvChunks = kHeadDim * int(sizeof(KvStore)) / 16;  // ... of the cache
   static constexpr int kTile = kBlockN * kHeadDim;  // elements of one K (or V) tile
   static constexpr int kStages = decode_stages(kHeadDim);
-  static constexpr int kCopiesPerLane = kBlockN * kChunks / 32;
+  static constexpr int kCopiesPerLane = kBlockN * kKvChunks / 32;
   // Q fragments stay in registers up to hd 128 (32 registers); at 256 they would push the warp
   // past 255 registers with the 128-register O accumulator, so they are re-read from shared memory.
+  // hd 192 (48 of Q, 96 of O) follows 256: keeping Q there was not measured.
   static constexpr bool kQInRegisters = kHeadDim <= 128;
   static constexpr int kMergeStride = kHeadDim + 4;  // floats; +4 staggers rows across banks
   static constexpr int kQBytes = kRows * kHeadDim * 2;
-  static constexpr int kPipeBytes = kWarps * kStages * 2 * kTile * 2;
+  static constexpr int kPipeBytes = kWarps * kStages * 2 * kTile * int(sizeof(KvStore));
+  // e4m3: each warp's widened K and V tile, after its ring. Not tuned yet: the stage depths are
+  // the 16-bit cache's, so an FP8 block keeps half the bytes in flight (decode_stages).
+  static constexpr int kWideBytes = kKvE4m3 ? kWarps * 2 * kTile * 2 : 0;
+  static constexpr int kLoopBytes = kPipeBytes + kWideBytes;
   static constexpr int kMergeBytes = kWarps * kRows * (kMergeStride + 2) * 4;
-  static constexpr int kSmemBytes = kQBytes + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+  static constexpr int kSmemBytes = kQBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
 };
 
-// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] tile. The XOR spreads
-// the eight rows one ldmatrix phase reads over eight different bank groups.
-template <int kHeadDim>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
+// Element offset of 16-byte chunk `chunk` of cache row `row` in a ring tile: the swizzle for
+// 16-bit tiles (ldmatrix reads them); e4m3 tiles are plain rows (each lane reads back the 16-byte
+// chunks it copied, eight consecutive chunks per 128-byte phase: no bank conflicts).
+template <class C>
+__device__ __forceinline__ int kv_offset(int row, int chunk) {
+  if constexpr (C::kKvE4m3) {
+    return row * C::kHeadDim + chunk * 16;
+  } else {
+    return swizzle<C::kHeadDim>(row, chunk);
+  }
+}
+
+// Two e4m3 values (low byte first) as two Elements, packed as pack2 packs them. Exact.
+template <typename Element>
+__device__ __forceinline__ uint32_t widen_e4m3x2(uint32_t two) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  if constexpr (std::is_same_v<Element, __half>) {
+    return uint32_t(h.x) | (uint32_t(h.y) << 16);
+  } else {
+    const float2 f = __half22float2(__half2(h));
+    return pack2<Element>(f.x, f.y);
+  }
+}
+
+// One e4m3 tile of the ring into the warp's Element tile (the swizzled layout ldmatrix reads):
+// each lane widens the 16-byte chunks it copied.
+template <class C>
+__device__ __forceinline__ void widen_tile(const uint8_t* src, typename C::Element* dst, int lane) {
+  using Element = typename C::Element;
+#pragma unroll
+  for (int i = 0; i < C::kCopiesPerLane; ++i) {
+    const int flat = lane + 32 * i;
+    const int row = flat / C::kKvChunks, c = flat % C::kKvChunks;
+    const uint4 raw = *reinterpret_cast<const uint4*>(src + kv_offset<C>(row, c));
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t out[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = widen_e4m3x2<Element>(w[k] & 0xffffu);
+      out[2 * k + 1] = widen_e4m3x2<Element>(w[k] >> 16);
+    }
+    *reinterpret_cast<uint4*>(dst + swizzle<C::kHeadDim>(row, 2 * c)) =
+        make_uint4(out[0], out[1], out[2], out[3]);
+    *reinterpret_cast<uint4*>(dst + swizzle<C::kHeadDim>(row, 2 * c + 1)) =
+        make_uint4(out[4], out[5], out[6], out[7]);
+  }
 }
 
 template <class C>
 __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem p) {
   constexpr int kWarps = C::kWarps, kThreads = C::kThreads;
   using Element = typename C::Element;
+  using KvStore = typename C::KvStore;
   constexpr int kD = C::kHeadDim;
   extern __shared__ __align__(128) unsigned char smem[];
   Element* q_s = reinterpret_cast<Element*>(smem);
-  Element* pipe = reinterpret_cast<Element*>(smem + C::kQBytes);
+  KvStore* pipe = reinterpret_cast<KvStore*>(smem + C::kQBytes);
   float* merge = reinterpret_cast<float*>(smem + C::kQBytes);
 
   const int chunk = blockIdx.x % p.row_chunks;
@@ -77,7 +138,8 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   // the first K/V tiles before this load resolves (tiles dealt round-robin over the splits so that
   // a warp's first tiles do not depend on the length) gained nothing over waiting for it
   // (34.4 us both ways, docs/perf/decode.md).
-  const int len = min(max(p.cache_seqlens[b] + p.seqlen_new, 0), p.capacity);
+  const int seqlen = p.cache_seqlens[b];
+  const int len = min(max(seqlen + p.seqlen_new, 0), p.capacity);
   const Mask mask{p.seqlen_q, len, p.window_left, p.window_right};
   const int q_first = r0 / p.group;
   const int q_end = (min(r0 + kRows, p.rows) - 1) / p.group + 1;
@@ -106,27 +168,38 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
 
   // Where the keys live: a cache row (contiguous) or pages. An index out of range (only possible
   // with check_indices off) leaves its rows unloaded (zeros) instead of reading outside the cache.
-  const Element* k_base = static_cast<const Element*>(p.k_cache) + hk * p.k_stride[2];
-  const Element* v_base = static_cast<const Element*>(p.v_cache) + hk * p.v_stride[2];
+  const KvStore* k_base = static_cast<const KvStore*>(p.k_cache) + hk * p.k_stride[2];
+  const KvStore* v_base = static_cast<const KvStore*>(p.v_cache) + hk * p.v_stride[2];
   const int32_t* pages = p.page_table + b * p.page_table_stride;
   int cache_row = b;
   if (!p.paged && p.cache_batch_idx != nullptr) cache_row = p.cache_batch_idx[b];
   const bool row_ok = p.paged || (cache_row >= 0 && cache_row < p.cache_batch);
+  // An unchecked bad length or cache row is recorded once per batch entry (decode_check_errors).
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    if (seqlen < 0 || int64_t{seqlen} + p.seqlen_new > p.capacity) {
+      record_decode_error(p.errors, kDecodeErrorSeqlen, b, 0, seqlen, p.capacity, p.seqlen_new);
+    }
+    if (!row_ok) {
+      record_decode_error(p.errors, kDecodeErrorCacheRow, b, 0, cache_row, p.cache_batch, 0);
+    }
+  }
 
-  Element* ring = pipe + warp * C::kStages * 2 * C::kTile;
+  KvStore* ring = pipe + warp * C::kStages * 2 * C::kTile;
   // K/V is read once: loads carry an L2 evict-first hint, so the stream does not push out what is
   // read again (the partials the combine kernel reads back, Q, the lengths). Measured (H100,
   // bench/decode_timeline.cu, same call): -0.5 us on the split kernel alone, -0.7 to -1.0 us end
   // to end at batch 1 / 16k-32k keys and batch 8 / 4k (docs/perf/decode.md, fourth pass).
   const uint64_t kv_policy = l2_evict_first();
+  int bad_page = -1;  // a page-table column this lane found out of range (recorded after the loop)
   auto load_tile = [&](int t, int stage) {
-    Element* ks = ring + stage * 2 * C::kTile;
-    Element* vs = ks + C::kTile;
+    KvStore* ks = ring + stage * 2 * C::kTile;
+    KvStore* vs = ks + C::kTile;
     const int j0 = kb + t * kBlockN;
+    constexpr int kPerChunk = 16 / int(sizeof(KvStore));  // elements per 16-byte chunk
 #pragma unroll
     for (int i = 0; i < C::kCopiesPerLane; ++i) {
       const int flat = lane + 32 * i;
-      const int row = flat / C::kChunks, c = flat % C::kChunks, j = j0 + row;
+      const int row = flat / C::kKvChunks, c = flat % C::kKvChunks, j = j0 + row;
       bool ok = j < ke && row_ok;
       int64_t k_off = 0, v_off = 0;
       if (ok) {
@@ -135,6 +208,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
           const int page = pages[pi];
           const int in_page = j - pi * p.page_size;
           ok = page >= 0 && page < p.num_pages;
+          if (!ok) bad_page = pi;
           k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
           v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
         } else {
@@ -143,10 +217,23 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
         }
       }
       if (!ok) k_off = v_off = 0;
-      cp_async_16_hint(ks + swizzle<kD>(row, c), k_base + k_off + c * 8, ok, kv_policy);
-      cp_async_16_hint(vs + swizzle<kD>(row, c), v_base + v_off + c * 8, ok, kv_policy);
+      cp_async_16_hint(ks + kv_offset<C>(row, c), k_base + k_off + c * kPerChunk, ok, kv_policy);
+      cp_async_16_hint(vs + kv_offset<C>(row, c), v_base + v_off + c * kPerChunk, ok, kv_policy);
     }
   };
+
+  // FP8 cache: this KV head's scales (k on S, folded into the softmax scale; v on O), and the
+  // warp's Element tiles the widened K and V go to.
+  float k_scale = 1.f, v_scale = 1.f;
+  Element* wide = nullptr;
+  if constexpr (C::kKvE4m3) {
+    const int si = p.kv_scale_per_head ? hk : 0;
+    k_scale = p.k_scale[si];
+    v_scale = p.v_scale[si];
+    wide = reinterpret_cast<Element*>(smem + C::kQBytes + C::kPipeBytes) + warp * 2 * C::kTile;
+  }
+  const float softcap_scale = p.softcap_scale * k_scale;
+  const float scale_log2 = p.softcap > 0.f ? p.scale_log2 : p.scale_log2 * k_scale;
 
   // Start the ring before waiting on Q: the first K/V bytes are the long pole.
 #pragma unroll
@@ -184,8 +271,19 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     cp_async_wait<C::kStages - 1>();
     __syncwarp();  // every lane's copies of tile i have landed
     if (i == 0) FA_TRACE(kTraceSplit, 2, 0);
-    const Element* ks = ring + (i % C::kStages) * 2 * C::kTile;
-    const Element* vs = ks + C::kTile;
+    const KvStore* k_ring = ring + (i % C::kStages) * 2 * C::kTile;
+    const Element* ks;
+    const Element* vs;
+    if constexpr (C::kKvE4m3) {
+      widen_tile<C>(k_ring, wide, lane);
+      widen_tile<C>(k_ring + C::kTile, wide + C::kTile, lane);
+      __syncwarp();  // every lane's chunks are widened
+      ks = wide;
+      vs = wide + C::kTile;
+    } else {
+      ks = k_ring;
+      vs = k_ring + C::kTile;
+    }
 
     // S = Q·Kᵀ: s[n] holds keys n*8 .. n*8+7 of rows g (s[n][0..1]) and g+8 (s[n][2..3]).
     float s[2][4] = {};
@@ -212,8 +310,8 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if (p.softcap > 0.f) s[n][e] = tanh_accurate(s[n][e] * p.softcap_scale);
-        s[n][e] *= p.scale_log2;
+        if (p.softcap > 0.f) s[n][e] = tanh_accurate(s[n][e] * softcap_scale);
+        s[n][e] *= scale_log2;
         if (edge && !mask.visible(qi_row[e / 2], j0 + n * 8 + 2 * t4 + (e & 1))) s[n][e] = kNegInf;
       }
 
@@ -257,6 +355,9 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     __syncwarp();  // all lanes are done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  if (bad_page >= 0) {
+    record_decode_error(p.errors, kDecodeErrorPage, b, bad_page, pages[bad_page], p.num_pages, 0);
+  }
   FA_TRACE(kTraceSplit, 3, 0);
   launch_dependents();
 
@@ -315,7 +416,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       L += ml[(w * kRows + row) * 2 + 1] * wscale[w];
     }
     const int qi = r / p.group, h = hk * p.group + r % p.group;
-    float inv = L > 0.f ? 1.f / L : 0.f;
+    float inv = L > 0.f ? 1.f / L : 0.f;  // times v_scale below (1 for a 16-bit cache)
     const float lse2 = L > 0.f ? M + log2f(L) : kNegInf;  // the partial's, log2 units
     float lse = lse2 * kLn2;                              // the row's, one split
     if (p.num_splits == 1 && p.sinks != nullptr) {  // else the combine adds the sink
@@ -333,6 +434,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       out[2] += x.z * wscale[w];
       out[3] += x.w * wscale[w];
     }
+    inv *= v_scale;
 #pragma unroll
     for (int c = 0; c < 4; ++c) out[c] *= inv;
     if (p.num_splits == 1) {

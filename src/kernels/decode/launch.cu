@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -16,15 +18,19 @@
 
 namespace flashattn::decoding {
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kKvE4m3>
 Status run_decode(const DecodeProblem& p);  // launch.cuh
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kKvE4m3>
 Status blocks_per_sm(int* blocks);  // launch.cuh
 
 }  // namespace flashattn::decoding
 
 namespace flashattn {
 namespace {
+
+// The record of decode_check_errors: one per device (each device holds its own copy of a module's
+// __device__ variables), zero until a kernel meets a bad index.
+__device__ DecodeErrorRecord g_decode_errors;
 
 // fn(Element{}, HeadDimTag) for the problem's dtype and head dim.
 template <typename Fn>
@@ -39,10 +45,27 @@ Status dispatch(DType dtype, int head_dim, Fn&& fn) {
 
 }  // namespace
 
-Status decode_blocks_per_sm(DType dtype, int head_dim, int* blocks) {
+Status decode_blocks_per_sm(DType dtype, int head_dim, bool kv_e4m3, int* blocks) {
   return dispatch(dtype, head_dim, [&](auto e, auto dims) {
-    return decoding::blocks_per_sm<decltype(e), decltype(dims)::qk>(blocks);
+    constexpr int kD = decltype(dims)::qk;
+    return kv_e4m3 ? decoding::blocks_per_sm<decltype(e), kD, true>(blocks)
+                   : decoding::blocks_per_sm<decltype(e), kD, false>(blocks);
   });
+}
+
+Status decode_error_record(DecodeErrorRecord** record) {
+  static std::array<std::atomic<DecodeErrorRecord*>, 64> cached{};
+  int device = 0;
+  FA_CUDA_TRY(cudaGetDevice(&device));
+  if (device < 64 && cached[device] != nullptr) {
+    *record = cached[device];
+    return Status::success();
+  }
+  void* address = nullptr;
+  FA_CUDA_TRY(cudaGetSymbolAddress(&address, g_decode_errors));
+  *record = static_cast<DecodeErrorRecord*>(address);
+  if (device < 64) cached[device] = *record;
+  return Status::success();
 }
 
 namespace {
@@ -84,11 +107,20 @@ Status decode_run(const DecodeProblem& problem) {
   if (p.seqlen_new > 0) {
     const int64_t chunks = 2 * int64_t(p.batch) * p.seqlen_new * p.heads_kv * (p.head_dim / 8);
     const int64_t blocks = std::min<int64_t>((chunks + 255) / 256, 65535);
-    decoding::append_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    if (!p.kv_e4m3) {
+      decoding::append_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    } else if (p.dtype == DType::bf16) {
+      decoding::append_e4m3_kernel<__nv_bfloat16>
+          <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    } else {
+      decoding::append_e4m3_kernel<__half><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    }
     FA_CUDA_LAUNCH_CHECK("decode append_kernel");
   }
   return dispatch(p.dtype, p.head_dim, [&](auto e, auto dims) {
-    return decoding::run_decode<decltype(e), decltype(dims)::qk>(p);
+    constexpr int kD = decltype(dims)::qk;
+    return p.kv_e4m3 ? decoding::run_decode<decltype(e), kD, true>(p)
+                     : decoding::run_decode<decltype(e), kD, false>(p);
   });
 }
 

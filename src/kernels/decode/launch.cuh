@@ -1,5 +1,5 @@
-// Host side of the decode family, templated on (element type, head dim). Each instantiation is a
-// generated file (cmake/instantiations.cmake); launch.cu dispatches to them.
+// Host side of the decode family, templated on (element type, head dim, e4m3 cache). Each
+// instantiation is a generated file (cmake/instantiations.cmake); launch.cu dispatches to them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,9 +18,9 @@ namespace flashattn::decoding {
 
 // Raises the kernel's shared-memory limit and measures its occupancy, once per device: both are
 // driver calls whose cost would show in the host time of every decode step otherwise.
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kKvE4m3>
 Status prepare_split_kernel(int* blocks_per_sm) {
-  using C = Config<Element, kHeadDim>;
+  using C = Config<Element, kHeadDim, kDecodeWarps, kKvE4m3>;
   static std::array<std::atomic<int>, 64> prepared{};  // blocks per SM + 1; 0: not yet
   int device = 0, smem_optin = 0;
   FA_CUDA_TRY(cudaGetDevice(&device));
@@ -46,19 +46,19 @@ Status prepare_split_kernel(int* blocks_per_sm) {
   return Status::success();
 }
 
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kKvE4m3>
 Status blocks_per_sm(int* blocks) {
-  return prepare_split_kernel<Element, kHeadDim>(blocks);
+  return prepare_split_kernel<Element, kHeadDim, kKvE4m3>(blocks);
 }
 
 // The split kernel, then (num_splits > 1) the combine kernel. On sm_90 the combine kernel is a
 // programmatic dependent launch: its blocks are scheduled while the split grid drains and wait in
 // griddepcontrol.wait, which hides the launch gap between the two (a few microseconds, a tenth
 // of a short decode step).
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kKvE4m3>
 Status run_decode(const DecodeProblem& p) {
-  using C = Config<Element, kHeadDim>;
-  if (Status s = prepare_split_kernel<Element, kHeadDim>(nullptr); !s.ok()) return s;
+  using C = Config<Element, kHeadDim, kDecodeWarps, kKvE4m3>;
+  if (Status s = prepare_split_kernel<Element, kHeadDim, kKvE4m3>(nullptr); !s.ok()) return s;
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const dim3 grid(static_cast<unsigned>(p.row_chunks * p.num_splits),
                   static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));

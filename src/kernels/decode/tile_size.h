@@ -13,7 +13,9 @@ inline constexpr int kDecodeWarps = 4;
 // latency). A stage of one warp is 16 keys of K and V: 64·hd bytes. The depths keep a block near
 // 64-100 KB of shared memory so two blocks share an SM at hd 64/128 (each warp has stages - 1
 // tiles in flight while it computes one): hd 64: 4 stages, 64 KB; hd 128: 3 stages, 96 KB;
-// hd 256: 2 stages, 128 KB (one block per SM, still 64 KB in flight).
+// hd 256: 2 stages, 128 KB (one block per SM, still 64 KB in flight). hd 96 and 192 take the depth
+// of the next size up (not measured yet): hd 96: 3 stages, 72 KB; hd 192: 2 stages, 96 KB (two
+// blocks per SM).
 constexpr int decode_stages(int head_dim) {
   return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2;
 }
