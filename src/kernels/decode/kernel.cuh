@@ -49,7 +49,7 @@ struct Config {
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row of Q (Element)
   static constexpr int kKvChunks = kHeadDim * int(sizeof(KvStore)) / 16;  // ... of the cache
   static constexpr int kTile = kBlockN * kHeadDim;  // elements of one K (or V) tile
-  static constexpr int kStages = decode_stages(kHeadDim);
+  static constexpr int kStages = kKvE4m3 ? decode_stages_e4m3(kHeadDim) : decode_stages(kHeadDim);
   static constexpr int kCopiesPerLane = kBlockN * kKvChunks / 32;
   // Q fragments stay in registers up to hd 128 (32 registers); at 256 they would push the warp
   // past 255 registers with the 128-register O accumulator, so they are re-read from shared memory.
@@ -58,9 +58,8 @@ struct Config {
   static constexpr int kMergeStride = kHeadDim + 4;  // floats; +4 staggers rows across banks
   static constexpr int kQBytes = kRows * kHeadDim * 2;
   static constexpr int kPipeBytes = kWarps * kStages * 2 * kTile * int(sizeof(KvStore));
-  // e4m3: each warp's widened K and V tile, after its ring. Not tuned yet: the stage depths are
-  // the 16-bit cache's, so an FP8 block keeps half the bytes in flight (decode_stages).
-  static constexpr int kWideBytes = kKvE4m3 ? kWarps * 2 * kTile * 2 : 0;
+  // e4m3: each warp's widened tile, after its ring: K for S, then V for P·V in the same place.
+  static constexpr int kWideBytes = kKvE4m3 ? kWarps * kTile * 2 : 0;
   static constexpr int kLoopBytes = kPipeBytes + kWideBytes;
   static constexpr int kMergeBytes = kWarps * kRows * (kMergeStride + 2) * 4;
   static constexpr int kSmemBytes = kQBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
@@ -230,7 +229,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     const int si = p.kv_scale_per_head ? hk : 0;
     k_scale = p.k_scale[si];
     v_scale = p.v_scale[si];
-    wide = reinterpret_cast<Element*>(smem + C::kQBytes + C::kPipeBytes) + warp * 2 * C::kTile;
+    wide = reinterpret_cast<Element*>(smem + C::kQBytes + C::kPipeBytes) + warp * C::kTile;
   }
   const float softcap_scale = p.softcap_scale * k_scale;
   const float scale_log2 = p.softcap > 0.f ? p.scale_log2 : p.scale_log2 * k_scale;
@@ -275,11 +274,10 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     const Element* ks;
     const Element* vs;
     if constexpr (C::kKvE4m3) {
-      widen_tile<C>(k_ring, wide, lane);
-      widen_tile<C>(k_ring + C::kTile, wide + C::kTile, lane);
-      __syncwarp();  // every lane's chunks are widened
+      widen_tile<C>(k_ring, wide, lane);  // K now, V after S (below) in the same tile
+      __syncwarp();                       // every lane's chunks are widened
       ks = wide;
-      vs = wide + C::kTile;
+      vs = wide;
     } else {
       ks = k_ring;
       vs = k_ring + C::kTile;
@@ -340,6 +338,12 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
         acc[d][2 * r] *= alpha;
         acc[d][2 * r + 1] *= alpha;
       }
+    }
+
+    if constexpr (C::kKvE4m3) {
+      __syncwarp();  // every lane's ldmatrix of K is done: V takes its place
+      widen_tile<C>(k_ring + C::kTile, wide, lane);
+      __syncwarp();
     }
 
     // O += P·V with P (rounded to Element) as the A operand, straight from the S accumulators.
