@@ -9,6 +9,27 @@ import flashattn
 from flashattn import _lib
 
 
+def _decode_shape_params(**kw):
+    """Decode params whose shape rules read no memory: placeholder pointers."""
+    return _lib.DecodeParams(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1,
+                             head_dim=64, cache_seqlen=16, cache_seqlens=16, **kw)
+
+
+def _older_caller_is_not_read_past(p, old_size, check, names, args=()):
+    """A caller built against an older version passes its struct size: whatever lies past it
+    (here bad values of `names`) is not read, so the call fails on some other rule instead."""
+    p.struct_size = old_size
+    code, msg = check(p, *args)
+    assert not any(name in msg for name in names), msg
+    return code
+
+
+def _assert_layout(struct, expected):
+    """The library's field table (name -> (type, offset)) for the fields named in `expected`."""
+    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(struct)}
+    assert {name: fields[name] for name in expected} == expected
+
+
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
     assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 304
@@ -127,22 +148,17 @@ def test_softcap_and_reserved2_and_older_sizes(struct, check, old_size):
     fn = getattr(_lib, check)
     code, msg = fn(cls(dtype=_lib.BF16, reserved2=3), *args)
     assert code == _lib.INVALID_ARGUMENT and msg == "reserved2: must be 0, got 3"
-    p = cls(dtype=_lib.BF16, softcap=-1.0, reserved2=3)
-    p.struct_size = old_size
-    code, msg = fn(p, *args)
-    assert code == _lib.INVALID_ARGUMENT and "reserved2" not in msg and "softcap" not in msg
-    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(cls)}
-    assert fields["softcap"] == ("float", old_size)
-    assert fields["reserved2"] == ("uint32", old_size + 4)
+    assert _older_caller_is_not_read_past(cls(dtype=_lib.BF16, softcap=-1.0, reserved2=3),
+                                          old_size, fn, ("reserved2", "softcap"),
+                                          args) == _lib.INVALID_ARGUMENT
+    _assert_layout(cls, {"softcap": ("float", old_size), "reserved2": ("uint32", old_size + 4)})
 
 
 def test_rotary_fields_reserved3_and_older_sizes():
     """Version 4 appends the rotary fields (pointers, then int32s, reserved3 padding to 416):
     their rules are read from a struct of the current size; a caller of version 3 (384 bytes)
     is not read past its end, so a bad tail is ignored and the call stops at the next rule."""
-    def params(**kw):  # the shape rules read no memory: placeholder pointers
-        return _lib.DecodeParams(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1,
-                                 head_dim=64, cache_seqlen=16, cache_seqlens=16, **kw)
+    params = _decode_shape_params
     assert _lib.decode_can_implement(params(reserved3=1)) == (
         _lib.INVALID_ARGUMENT, "reserved3: must be 0, got 1")
     assert _lib.decode_can_implement(params(rotary_dim=32)) == (
@@ -156,18 +172,12 @@ def test_rotary_fields_reserved3_and_older_sizes():
     assert _lib.decode_can_implement(params(rotary_cos=64, rotary_sin=128, rotary_dim=32,
                                             rotary_interleaved=2)) == (
         _lib.INVALID_ARGUMENT, "rotary_interleaved: must be 0 or 1, got 2")
-    old = params(rotary_dim=32, reserved3=1)
-    old.struct_size = 384
-    code, msg = _lib.decode_can_implement(old)
-    assert "rotary" not in msg and "reserved3" not in msg
-    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(
-        _lib.DecodeParams)}
-    assert fields["rotary_cos"] == ("pointer", 384)
-    assert fields["rotary_sin"] == ("pointer", 392)
-    assert fields["rotary_dim"] == ("int32", 400)
-    assert fields["seqlen_ro"] == ("int32", 404)
-    assert fields["rotary_interleaved"] == ("int32", 408)
-    assert fields["reserved3"] == ("uint32", 412)
+    _older_caller_is_not_read_past(params(rotary_dim=32, reserved3=1), 384,
+                                   _lib.decode_can_implement, ("rotary", "reserved3"))
+    _assert_layout(_lib.DecodeParams, {
+        "rotary_cos": ("pointer", 384), "rotary_sin": ("pointer", 392),
+        "rotary_dim": ("int32", 400), "seqlen_ro": ("int32", 404),
+        "rotary_interleaved": ("int32", 408), "reserved3": ("uint32", 412)})
 
 
 def test_paged_fields_reserved3_and_older_sizes():
@@ -186,17 +196,13 @@ def test_paged_fields_reserved3_and_older_sizes():
                                           total_q=4, page_size=0, num_blocks=1,
                                           max_blocks_per_seq=1), 0)
     assert (code, msg) == (_lib.INVALID_ARGUMENT, "page_size: must be >= 1 with block_table, got 0")
-    old = params(block_table=64, page_size=0, reserved3=1)
-    old.struct_size = 272
-    code, msg = _lib.can_implement(old, 0)
-    assert "block_table" not in msg and "page_size" not in msg and "reserved3" not in msg
-    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(_lib.Params)}
-    assert fields["block_table"] == ("pointer", 272)
-    assert fields["block_table_stride"] == ("int64", 280)
-    assert fields["max_blocks_per_seq"] == ("int32", 288)
-    assert fields["num_blocks"] == ("int32", 292)
-    assert fields["page_size"] == ("int32", 296)
-    assert fields["reserved3"] == ("uint32", 300)
+    _older_caller_is_not_read_past(params(block_table=64, page_size=0, reserved3=1), 272,
+                                   _lib.can_implement, ("block_table", "page_size", "reserved3"),
+                                   (0,))
+    _assert_layout(_lib.Params, {
+        "block_table": ("pointer", 272), "block_table_stride": ("int64", 280),
+        "max_blocks_per_seq": ("int32", 288), "num_blocks": ("int32", 292),
+        "page_size": ("int32", 296), "reserved3": ("uint32", 300)})
 
 
 def test_softcap_rule_through_the_abi():
@@ -289,9 +295,7 @@ def test_fp8_cache_fields_and_older_sizes():
     """Version 5 appends the FP8 KV cache (cache_dtype, kv_scale_layout, k_scale, v_scale; 440
     bytes): their rules are read from a struct of the current size; a caller of version 4 (416
     bytes) is not read past its end (a zero-filled tail: the caches are `dtype`)."""
-    def params(**kw):  # the shape rules read no memory: placeholder pointers
-        return _lib.DecodeParams(dtype=_lib.BF16, batch=1, seqlen_q=1, heads_q=1, heads_kv=1,
-                                 head_dim=64, cache_seqlen=16, cache_seqlens=16, **kw)
+    params = _decode_shape_params
     assert _lib.decode_can_implement(params(cache_dtype=_lib.E4M3)) == (
         _lib.INVALID_ARGUMENT,
         "k_scale: required with cache_dtype e4m3 (fp32, 1 value (per_tensor))")
@@ -303,13 +307,8 @@ def test_fp8_cache_fields_and_older_sizes():
         _lib.INVALID_ARGUMENT, "cache_dtype: must be 0 (dtype) or a FLASHATTN_C_* dtype, got 9")
     assert _lib.decode_can_implement(params(k_scale=64)) == (
         _lib.INVALID_ARGUMENT, "k_scale: only with cache_dtype e4m3 (the cache is bf16)")
-    old = params(cache_dtype=9, k_scale=64)
-    old.struct_size = 416
-    code, msg = _lib.decode_can_implement(old)
-    assert "cache_dtype" not in msg and "k_scale" not in msg
-    fields = {name: (ctype, offset) for name, ctype, offset, _ in _lib.library_fields(
-        _lib.DecodeParams)}
-    assert fields["cache_dtype"] == ("int32", 416)
-    assert fields["kv_scale_layout"] == ("int32", 420)
-    assert fields["k_scale"] == ("pointer", 424)
-    assert fields["v_scale"] == ("pointer", 432)
+    _older_caller_is_not_read_past(params(cache_dtype=9, k_scale=64), 416,
+                                   _lib.decode_can_implement, ("cache_dtype", "k_scale"))
+    _assert_layout(_lib.DecodeParams, {
+        "cache_dtype": ("int32", 416), "kv_scale_layout": ("int32", 420),
+        "k_scale": ("pointer", 424), "v_scale": ("pointer", 432)})
