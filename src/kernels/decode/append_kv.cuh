@@ -53,6 +53,19 @@ __device__ __forceinline__ AppendSlot append_slot(const DecodeProblem& p, int64_
   return s;
 }
 
+// f(s) for every in-range chunk slot of k_new and v_new, the threads of the grid striding over
+// them: the loop both append kernels share.
+template <class F>
+__device__ __forceinline__ void for_each_append_slot(const DecodeProblem& p, F&& f) {
+  const int chunks = p.head_dim / 8;
+  const int64_t per_tensor = int64_t(p.batch) * p.seqlen_new * p.heads_kv * chunks;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < 2 * per_tensor;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const AppendSlot s = append_slot(p, i, per_tensor, chunks);
+    if (s.ok) f(s);
+  }
+}
+
 // The 8 source elements of chunk slot `s` of k_new or v_new.
 __device__ __forceinline__ const void* append_source(const DecodeProblem& p, const AppendSlot& s) {
   const int64_t* ns = s.is_v ? p.v_new_stride : p.k_new_stride;
@@ -62,15 +75,10 @@ __device__ __forceinline__ const void* append_source(const DecodeProblem& p, con
 
 // 16-bit cache: one thread per 16-byte chunk of k_new and v_new, copied.
 __global__ void append_kernel(const DecodeProblem p) {
-  const int chunks = p.head_dim / 8;
-  const int64_t per_tensor = int64_t(p.batch) * p.seqlen_new * p.heads_kv * chunks;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < 2 * per_tensor;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const AppendSlot s = append_slot(p, i, per_tensor, chunks);
-    if (!s.ok) continue;
+  for_each_append_slot(p, [&](const AppendSlot& s) {
     auto* dst = static_cast<uint16_t*>(s.is_v ? p.v_cache : p.k_cache) + s.cache_off + s.c * 8;
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(append_source(p, s));
-  }
+  });
 }
 
 // decode.h's quantisation of one appended value: one fp32 division rounded to nearest even (the
@@ -86,12 +94,7 @@ __device__ __forceinline__ uint8_t quantize_e4m3(float x, float scale) {
 // KV head's scale into 8 bytes of the cache.
 template <typename Element>
 __global__ void append_e4m3_kernel(const DecodeProblem p) {
-  const int chunks = p.head_dim / 8;
-  const int64_t per_tensor = int64_t(p.batch) * p.seqlen_new * p.heads_kv * chunks;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < 2 * per_tensor;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const AppendSlot s = append_slot(p, i, per_tensor, chunks);
-    if (!s.ok) continue;
+  for_each_append_slot(p, [&](const AppendSlot& s) {
     const float scale = (s.is_v ? p.v_scale : p.k_scale)[p.kv_scale_per_head ? s.h : 0];
     const uint4 raw = *reinterpret_cast<const uint4*>(append_source(p, s));
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -103,7 +106,7 @@ __global__ void append_e4m3_kernel(const DecodeProblem p) {
     }
     auto* dst = static_cast<uint8_t*>(s.is_v ? p.v_cache : p.k_cache) + s.cache_off + s.c * 8;
     *reinterpret_cast<uint2*>(dst) = make_uint2(out[0], out[1]);
-  }
+  });
 }
 
 }  // namespace flashattn::decoding
