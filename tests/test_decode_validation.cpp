@@ -92,6 +92,12 @@ struct Rule {
   const char* says;
 };
 
+// `s` refuses the argument the way `rule` says it does.
+void expect_refused_as_rule_says(const fa::Status& s, const Rule& rule) {
+  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos) << "message was \"" << s.message << "\"";
+}
+
 const std::vector<Rule>& shape_rules() {
   static const std::vector<Rule> r = {
       {"bad_dtype", false, [](HostDecode& h) { h.p.dtype = static_cast<fa::DType>(9); },
@@ -326,8 +332,7 @@ TEST_P(DecodeShapeRule, RefusedWithNamedArgument) {
   ASSERT_TRUE(fa::check_decode_shapes(h.p).ok()) << "the base problem must be valid";
   rule.mutate(h);
   const fa::Status s = fa::check_decode_shapes(h.p);
-  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
-  EXPECT_NE(s.message.find(rule.says), std::string::npos) << "message was \"" << s.message << "\"";
+  expect_refused_as_rule_says(s, rule);
   // can_implement and decode() report the same rule first, and write nothing.
   EXPECT_EQ(fa::can_implement(h.p).message, s.message);
   EXPECT_EQ(fa::decode(h.p).message, s.message);
@@ -345,8 +350,7 @@ TEST_P(DecodeScaleRule, RefusedWithNamedEntry) {
   rule.mutate(h);
   ASSERT_TRUE(fa::check_decode_shapes(h.p).ok()) << fa::check_decode_shapes(h.p).message;
   const fa::Status s = fa::check_decode_scales(h.p, h.k_scale.data(), h.v_scale.data());
-  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
-  EXPECT_NE(s.message.find(rule.says), std::string::npos) << "message was \"" << s.message << "\"";
+  expect_refused_as_rule_says(s, rule);
 }
 INSTANTIATE_TEST_SUITE_P(AllRules, DecodeScaleRule,
                          ::testing::Range<size_t>(0, scale_rules().size()), [](const auto& info) {
@@ -372,8 +376,7 @@ TEST_P(DecodeIndexRule, RefusedWithNamedEntry) {
   rule.mutate(h);
   ASSERT_TRUE(fa::check_decode_shapes(h.p).ok());
   const fa::Status s = h.indices();
-  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << s.message;
-  EXPECT_NE(s.message.find(rule.says), std::string::npos) << "message was \"" << s.message << "\"";
+  expect_refused_as_rule_says(s, rule);
 }
 INSTANTIATE_TEST_SUITE_P(AllRules, DecodeIndexRule,
                          ::testing::Range<size_t>(0, index_rules().size()), [](const auto& info) {

@@ -612,6 +612,21 @@ INSTANTIATE_TEST_SUITE_P(Grid, GpuDecode, ::testing::Range<size_t>(0, all_cases(
                                   std::to_string(info.param);
                          });
 
+// Case `c` built from one seed twice, contiguous and with page size `ps`, and both run.
+void run_contiguous_and_paged(Case c, uint64_t seed, int ps, Host& contiguous, Host& paged) {
+  build(c, seed, contiguous);
+  c.page_size = ps;
+  build(c, seed, paged);
+  run(contiguous);
+  run(paged);
+}
+
+// Two runs' outputs and LSE, bitwise.
+void expect_bitwise_equal(const Host& a, const Host& b, const std::string& at) {
+  EXPECT_EQ(std::memcmp(a.o.data(), b.o.data(), b.o.size() * 2), 0) << at;
+  EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), b.lse.size() * 4), 0) << at;
+}
+
 // A paged cache and a contiguous one of the same capacity holding the same keys give bitwise equal
 // outputs and LSE (same splits, same tiles, same arithmetic; only the addresses differ).
 TEST(GpuDecodeLayouts, PagedEqualsContiguousBitwise) {
@@ -619,20 +634,14 @@ TEST(GpuDecodeLayouts, PagedEqualsContiguousBitwise) {
   for (int d : kHeadDims)
     for (int ps : {1, 16, 64, 256}) {
       for (int num_splits : {0, 3}) {
-        Case c{fa::DType::bf16, d,     32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
-               num_splits,      false, 1.f, 4096};
-        const uint64_t seed = run_seed() + ps + 7 * d;
+        const Case c{fa::DType::bf16, d,     32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
+                     num_splits,      false, 1.f, 4096};
         Host contiguous, paged;
-        build(c, seed, contiguous);
-        c.page_size = ps;
-        build(c, seed, paged);
-        run(contiguous);
-        run(paged);
+        run_contiguous_and_paged(c, run_seed() + ps + 7 * d, ps, contiguous, paged);
         if (HasFatalFailure()) return;
-        EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0)
-            << "d " << d << " page size " << ps << " splits " << num_splits;
-        EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
-            << "d " << d << " page size " << ps << " splits " << num_splits;
+        expect_bitwise_equal(contiguous, paged,
+                             "d " + std::to_string(d) + " page size " + std::to_string(ps) +
+                                 " splits " + std::to_string(num_splits));
       }
     }
 }
@@ -649,20 +658,14 @@ TEST(GpuDecodeFp8, PagedEqualsContiguousAndSixteenBitOnTheDequantisedCache) {
           Case c{fa::DType::bf16, d,     32,  8,   2, {3000, 0, 1, 700}, 0, 1, true, -1, -1,
                  num_splits,      false, 1.f, 4096};
           c.fp8 = layout;
-          const uint64_t seed = run_seed() + ps + 17 * layout + 7 * d;
           Host contiguous, paged, sixteen;
-          build(c, seed, contiguous);
-          c.page_size = ps;
-          build(c, seed, paged);
-          run(contiguous);
-          run(paged);
+          run_contiguous_and_paged(c, run_seed() + ps + 17 * layout + 7 * d, ps, contiguous,
+                                   paged);
           if (HasFatalFailure()) return;
           const std::string at = "d " + std::to_string(d) + " layout " + std::to_string(layout) +
                                  " page size " + std::to_string(ps) + " splits " +
                                  std::to_string(num_splits);
-          EXPECT_EQ(std::memcmp(contiguous.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
-          EXPECT_EQ(std::memcmp(contiguous.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
-              << at;
+          expect_bitwise_equal(contiguous, paged, at);
           // The same call on a 16-bit cache holding the dequantised cache after the append, with
           // nothing appended. Fixed splits only: the heuristic's choice depends on each kernel's
           // occupancy, and their shared memory differs.
@@ -683,9 +686,7 @@ TEST(GpuDecodeFp8, PagedEqualsContiguousAndSixteenBitOnTheDequantisedCache) {
           sixteen.p.page_table = sixteen.table.data();
           run(sixteen);
           if (HasFatalFailure()) return;
-          EXPECT_EQ(std::memcmp(sixteen.o.data(), paged.o.data(), paged.o.size() * 2), 0) << at;
-          EXPECT_EQ(std::memcmp(sixteen.lse.data(), paged.lse.data(), paged.lse.size() * 4), 0)
-              << at;
+          expect_bitwise_equal(sixteen, paged, at);
         }
 }
 
