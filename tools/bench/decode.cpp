@@ -422,13 +422,17 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
   for (DecodeParams& p : params) p.check_indices = false;
   rec.run_failed = true;
   std::vector<cudaEvent_t> events;
-  int next = 0;
-  const TimedBatch per_call = [&](int n, std::vector<double>& ms) -> Status {
-    while (events.size() < size_t(2 * n)) {
+  const auto ensure_events = [&](size_t count) -> Status {
+    while (events.size() < count) {
       cudaEvent_t e = nullptr;
       if (Status st = cuda_status(cudaEventCreate(&e), "cudaEventCreate"); !st.ok()) return st;
       events.push_back(e);
     }
+    return Status::success();
+  };
+  int next = 0;
+  const TimedBatch per_call = [&](int n, std::vector<double>& ms) -> Status {
+    if (Status st = ensure_events(size_t(2 * n)); !st.ok()) return st;
     for (int i = 0; i < n; ++i) {
       cudaEventRecord(events[2 * i], ctx.stream);
       if (Status st = decode(params[size_t(next)]); !st.ok()) return st;
@@ -474,13 +478,7 @@ void run_one(const DecodeWorkload& dw, const RunContext& ctx, double copy_gbps, 
       cudaGraphDestroy(graph);
       if (!inst.ok()) return inst;
     }
-    if (events.size() < 2) {
-      for (int i = 0; i < 2; ++i) {
-        cudaEvent_t e = nullptr;
-        if (Status st = cuda_status(cudaEventCreate(&e), "cudaEventCreate"); !st.ok()) return st;
-        events.push_back(e);
-      }
-    }
+    if (Status st = ensure_events(2); !st.ok()) return st;
     for (int i = 0; i < n; ++i) {
       cudaEventRecord(events[0], ctx.stream);
       if (Status st = cuda_status(cudaGraphLaunch(exec, ctx.stream), "graph launch"); !st.ok())
