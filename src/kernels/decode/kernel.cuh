@@ -49,7 +49,7 @@ struct Config {
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row of Q (Element)
   static constexpr int kKvChunks = kHeadDim * int(sizeof(KvStore)) / 16;  // ... of the cache
   static constexpr int kTile = kBlockN * kHeadDim;  // elements of one K (or V) tile
-  static constexpr int kStages = kKvE4m3 ? decode_stages_e4m3(kHeadDim) : decode_stages(kHeadDim);
+  static constexpr int kStages = decode_stages(kHeadDim);  // either cache (tile_size.h)
   static constexpr int kCopiesPerLane = kBlockN * kKvChunks / 32;
   // Q fragments stay in registers up to hd 128 (32 registers); at 256 they would push the warp
   // past 255 registers with the 128-register O accumulator, so they are re-read from shared memory.

@@ -20,13 +20,12 @@ constexpr int decode_stages(int head_dim) {
   return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2;
 }
 
-// An e4m3 cache keeps the 16-bit depth: its blocks are latency-bound, not short of bytes in flight.
+// An e4m3 cache takes the same depths: its blocks are latency-bound, not short of bytes in flight.
 // Measured (H100, 2026-11-25, b8/8k hd128, ncu): the first FP8 build (16-bit depths, widened K and
 // V tiles per warp, 84 KB, two blocks per SM) issued on 47% of cycles with DRAM at 48%; doubling
 // the bytes in flight (2·stages − 1 stages, 100 KB) changed nothing (0.74-0.84x the bf16 time
 // either way). So the block is the 16-bit depth's ring plus one widened tile per warp (K, then V
 // in its place): hd 64 42 KB, 96 57 KB, 128 68 KB (three blocks per SM where registers allow),
 // 192 78 KB, 256 104 KB.
-constexpr int decode_stages_e4m3(int head_dim) { return decode_stages(head_dim); }
 
 }  // namespace flashattn::decoding
