@@ -35,7 +35,8 @@ const char* status_code_name(StatusCode code);
 // ---------------------------------------------------------------------------------------------
 // Element types and kernel families
 // ---------------------------------------------------------------------------------------------
-// FP8 (e4m3, e5m2: one byte each) is a dtype like the others; no kernel of this build runs it yet,
+// FP8 (e4m3, e5m2: one byte each) is a dtype like the others. e4m3 forward runs on k7 (the Hopper
+// family's FP8 mainloop; ForwardParams::out_dtype and the descales below); e5m2 has no kernel yet,
 // so can_implement() answers `unsupported` for it.
 enum class DType : int { bf16 = 0, fp16 = 1, e4m3 = 2, e5m2 = 3 };
 
@@ -188,6 +189,19 @@ struct ForwardParams {
   // scores = softmax_scale · q·k, before masking and softmax (flash-attn's `softcap`). 0: off;
   // otherwise > 0 and finite. Families k6, fa2, cpu (and decode, backward on fa2 and cpu).
   float softcap = 0.0f;
+
+  // FP8 inputs (dtype e4m3: q, k and v one byte per element). o is then `out_dtype` (bf16 or
+  // fp16; o has `dtype` otherwise and out_dtype is ignored) and the LSE is in true units.
+  // Descales: optional fp32 (batch, heads_kv), contiguous, in the memory the kernel reads, one
+  // factor per sequence and KV head (FlashAttention-3's convention; null: 1.0; a query head uses
+  // its KV head's q_descale). The kernel attends over the dequantised inputs
+  //     q_descale·q, k_descale·k, v_descale·v:
+  // the q·k descales fold into the softmax scale, v's into the output's normalisation. They must
+  // be finite and > 0 (device memory is not read on the host, so this is the caller's duty).
+  DType out_dtype = DType::bf16;
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
 
   void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
 

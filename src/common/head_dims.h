@@ -27,6 +27,8 @@ inline constexpr HeadDims kDecodeHeadDims[] = {
     {64, 64}, {96, 96}, {128, 128}, {192, 192}, {256, 256}};
 // The pair the lineage's Hopper steps (K3, K4, K5) are built for.
 inline constexpr HeadDims kLineageHeadDims[] = {{128, 128}};
+// The pairs the FP8 (e4m3) forward, K7, is built for.
+inline constexpr HeadDims kFp8HeadDims[] = {{64, 64}, {128, 128}, {256, 256}};
 // The pairs the Hopper backward (K6's family) is built for; the others run on fa2's backward.
 inline constexpr HeadDims kBwdSm90HeadDims[] = {{64, 64}, {128, 128}};
 

@@ -53,6 +53,12 @@ struct Problem {
   float softcap_scale = 0.f;  // scale / softcap
   FA_HD bool has_softcap() const { return softcap > 0.f; }
 
+  // FP8 inputs (dtype e4m3): o's element type and the descales (ForwardParams), or null.
+  DType out_dtype = DType::bf16;  // = dtype for 16-bit inputs
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+
   void* stream = nullptr;
 };
 
@@ -95,6 +101,11 @@ inline Problem make_problem(const ForwardParams& p) {
   pr.mask.right = p.causal ? 0 : p.window_right;
   pr.stream = p.stream;
   pr.sinks = p.sinks;
+  const bool fp8 = p.dtype == DType::e4m3 || p.dtype == DType::e5m2;
+  pr.out_dtype = fp8 ? p.out_dtype : p.dtype;
+  pr.q_descale = p.q_descale;
+  pr.k_descale = p.k_descale;
+  pr.v_descale = p.v_descale;
   return pr;
 }
 
