@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/fa3_sm90/p_operand_sm90.cuh"
 #include "kernels/fa3_sm90/schedule.cuh"
 #include "kernels/fa3_sm90/tile_size.h"
 
@@ -21,12 +22,13 @@ namespace flashattn::fa3 {
 
 using namespace cute;
 
-// K-major shared-memory atom for rows of kCols 16-bit elements: the widest swizzle whose span
-// divides the row (128-byte swizzle needs rows of a multiple of 64 elements).
+// K-major shared-memory atom for rows of kCols elements: the widest swizzle whose span divides
+// the row (128-byte swizzle needs rows of a multiple of 128 bytes: 64 16-bit or 128 8-bit
+// elements).
 template <class Element, int kCols>
 using SmemAtomK = std::conditional_t<
-    kCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-    std::conditional_t<kCols % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+    kCols * sizeof(Element) % 128 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+    std::conditional_t<kCols * sizeof(Element) % 64 == 0, GMMA::Layout_K_SW64_Atom<Element>,
                        GMMA::Layout_K_SW32_Atom<Element>>>;
 
 // How the family's TMA reads q, k and v into a config's shared-memory layouts (Q: (rows, dim);
@@ -39,13 +41,13 @@ template <class Element>
 using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*>(nullptr)),
                                         GmemShape{}, GmemStride{}));
 
-// A global tensor as TMA reads it: (token, dim, head, batch). Modes of extent 1 get a stride TMA
-// accepts whatever the caller passed there (their stride is never used).
-template <class C>
+// A global tensor of Element as TMA reads or writes it: (token, dim, head, batch). Modes of extent
+// 1 get a stride TMA accepts whatever the caller passed there (their stride is never used).
+template <class Element>
 auto gmem_tensor(const void* data, int tokens, int dim, int heads, int batch,
                  const int64_t (&stride)[3]) {
   auto used = [](int extent, int64_t s) { return extent > 1 ? s : int64_t{8}; };
-  return make_tensor(make_gmem_ptr(static_cast<const typename C::Element*>(data)),
+  return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)),
                      make_shape(std::max(tokens, 1), dim, heads, batch),
                      make_stride(used(tokens, stride[1]), _1{}, used(heads, stride[2]),
                                  used(batch, stride[0])));
@@ -76,6 +78,12 @@ struct TmaStoreO {
 template <class Element_, int kHeadDim_, int kHeadDimV_, class Schedule_>
 struct Config {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
+  using ElementO = Element;  // O's element type (the FP8 config's differs)
+  // How P becomes the A operand of P·V (p_operand_sm90.cuh): the S accumulator converted in place.
+  using POperand = POperand16;
+  static constexpr int kPOffset = 0;  // log2 offset of P (OnlineSoftmax)
+  static constexpr bool kDescales = false;   // FP8's per-(sequence, KV head) descales
+  static constexpr bool kTransposeV = false;  // V read by P·V as TMA lands it
   using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
@@ -123,7 +131,7 @@ struct Config {
   static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);  // one stage
   static constexpr int kBytesV = kBlockN * kHeadDimV * sizeof(Element);
-  static constexpr int kBytesO = kBlockM * kHeadDimV * sizeof(Element);
+  static constexpr int kBytesO = kBlockM * kHeadDimV * sizeof(ElementO);
   static constexpr int kSmemOptin = 227 * 1024;
   // O's staging buffer holds all of O's columns where that fits, else half of them, and the
   // epilogue stages and stores O in two passes (d 256). (Staged in Q's buffer, as d 256 once
@@ -136,7 +144,7 @@ struct Config {
   // SmemLayoutOWG and its TMA store moves them in kOCols / 64 boxes of 64 rows x 64 columns.
   // (Atoms laid out along the rows first made CuTe issue one store per 8 x 64 atom: 16 TMA
   // instructions per warpgroup at dv 128, ~1100 cycles of the epilogue on the timeline.)
-  using SmemLayoutOWG = decltype(tile_to_shape(SmemAtomK<Element, kOCols>{},
+  using SmemLayoutOWG = decltype(tile_to_shape(SmemAtomK<ElementO, kOCols>{},
                                                Shape<_64, Int<kOCols>>{}));
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWG{},
                                              Shape<Int<kBlockM>, Int<kOCols>>{}));
@@ -153,12 +161,13 @@ struct Config {
   static constexpr bool kFastDivide = kOPasses == 1;
 
   using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineV = PipelineKV;  // the V stages the mainloop reads: TMA's own
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>> v;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutO>> o;
+    alignas(1024) cute::array_aligned<ElementO, cosize_v<SmemLayoutO>> o;
     alignas(16) uint64_t q_full;   // Q landed (TMA transaction barrier)
     alignas(16) uint64_t q_empty;  // consumers are done with Q
     // Warp-specialized schedules hand tiles around through shared memory (kernel_fwd_sm90.cuh):
@@ -180,7 +189,7 @@ struct Config {
   static constexpr bool kTmaStoreO = true;
   // Query tiles aligned to the sequence's end under a right-bounded mask (tile_work, top_rows).
   static constexpr bool kAlignTilesToEnd = true;
-  using TmaO = typename TmaStoreO<Element, SmemLayoutOWG>::TmaO;
+  using TmaO = typename TmaStoreO<ElementO, SmemLayoutOWG>::TmaO;
 };
 
 }  // namespace flashattn::fa3

@@ -23,7 +23,7 @@ namespace flashattn::fa3 {
 
 template <class C>
 struct Epilogue {
-  using Element = typename C::Element;
+  using Element = typename C::ElementO;  // O's type
   using SharedStorage = typename C::SharedStorage;
   static constexpr int kChunksPerRow = C::kHeadDimV / 8;  // 16-byte chunks
   static constexpr int kRowsPerWG = 64;

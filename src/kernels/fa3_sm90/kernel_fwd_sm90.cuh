@@ -4,7 +4,8 @@
 //
 //   ScheduleK4: every warpgroup consumes; thread 0 also issues every TMA, in line with its compute.
 //   ScheduleK5/K6: warpgroup 0 is the producer (one thread issues TMA; the group drops to 24
-//          registers), the others consume (240 registers each, 160 with three at d 64).
+//          registers), the others consume (240 registers each, 160 with three at d 64). The
+//          FP8 loader keeps warps 1-3 of the producer warpgroup to transpose V (kFollowers).
 //   ScheduleK6 also runs persistently: one block per SM walks the scheduler's tiles in rounds.
 #pragma once
 
@@ -22,19 +23,9 @@
 
 namespace flashattn::fa3 {
 
-// The tile slot in shared memory, written and read by asm volatile so the compiler keeps each
-// access on its side of the (also asm volatile) q_full arrival and wait; the mbarrier's release
-// and acquire order it for the hardware.
-__device__ __forceinline__ void store_tile_slot(int* slot, int tile) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(cute::cast_smem_ptr_to_uint(slot)), "r"(tile)
-               : "memory");
-}
-__device__ __forceinline__ int load_tile_slot(const int* slot) {
-  int tile;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(tile) : "r"(cute::cast_smem_ptr_to_uint(slot))
-               : "memory");
-  return tile;
-}
+// The tile slots in shared memory (load_sm90_tma.cuh's asm volatile accesses).
+__device__ __forceinline__ void store_tile_slot(int* slot, int tile) { store_shared_int(slot, tile); }
+__device__ __forceinline__ int load_tile_slot(const int* slot) { return load_shared_int(slot); }
 
 // MainloopT is a mainloop collective over an instantiation's Config (MainloopT::Cfg), with its
 // kernel parameters (MainloopT::Params) and load collective (MainloopT::Load); EpilogueT stores
@@ -52,20 +43,20 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   const int warp_group = threadIdx.x / 128;
   const bool producer = role_of<ScheduleT>(warp_group) == Role::producer;
-  const typename MainloopT::Load loader{params};
+  using Load = typename MainloopT::Load;
+  const Load loader{params};
   if (threadIdx.x == 0) {
     Barrier::init(&ss.q_full, 1);
     Barrier::init(&ss.q_empty, C::kConsumerThreads);
     Barrier::init(&ss.next_ready, 1);
     loader.prefetch_descriptors();
+    Load::init_shared(ss);
     FA_TRACE_INIT();
   }
   using Category = typename PipelineKV::ThreadCategory;
-  auto [pipe_k, pipe_v] = make_kv_ring<C>(ss,
-                                          !ScheduleT::kWarpSpecialized ? Category::ProducerConsumer
-                                          : producer           ? Category::Producer
-                                                               : Category::Consumer,
-                                          C::kConsumerThreads);
+  auto ring = Load::make_ring(ss, !ScheduleT::kWarpSpecialized ? Category::ProducerConsumer
+                                  : producer                   ? Category::Producer
+                                                               : Category::Consumer);
   cutlass::arch::fence_barrier_init();
   __syncthreads();
   FA_TRACE(warp_group, kBegin, 0);
@@ -78,12 +69,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if constexpr (ScheduleT::kWarpSpecialized) {
     if (producer) {
       cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
+      if constexpr (Load::kFollowers > 0) {
+        if (threadIdx.x >= 128 - Load::kFollowers) {  // FP8: they transpose V
+          loader.follow_transposes(ss, ring);
+          return;
+        }
+      }
       if (threadIdx.x != 0) return;
       // One thread announces the block's tiles, each through ss.tile with q_full (Q's TMA, or a
-      // plain arrival for a tile with nothing to load), and fills the K/V ring. The tile after
-      // it comes from the consumers (ss.next_tile): drawing from the global counter here took
-      // more than the producer's 24 registers (it spilled).
-      PipelineState state = cutlass::make_producer_start_state<PipelineKV>();
+      // plain arrival for a tile with nothing to load), and issues the loads. The tile after it
+      // comes from the consumers (ss.next_tile): drawing from the global counter here took more
+      // than the producer's 24 registers (it spilled).
+      typename Load::ProducerState state = Load::start_state();
       int tile = params.scheduler.tile_of(0, blockIdx.x, grid_blocks);
       for (int announced = 0;; ++announced) {
         // The tile's coordinates are worked out before waiting for Q's buffer, so that the Q
@@ -95,6 +92,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         store_tile_slot(&ss.tile, min(tile, num_tiles));
         if (tile >= num_tiles) {
           Barrier::arrive(&ss.q_full);
+          loader.finish(ss, ring, state);
           FA_TRACE(0, kExit, 0);
           return;
         }
@@ -102,10 +100,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           Barrier::arrive(&ss.q_full);
         } else {
           loader.load_q(ss, w);
-          for (int n = w.n_max - 1; n >= w.n_min; --n, ++state) {
-            loader.load_kv(ss, pipe_k, pipe_v, state, w, n);
-            FA_TRACE(0, kProdKV, 0);
-          }
+          loader.load_tile(ss, ring, state, w);
         }
         Barrier::wait(&ss.next_ready, announced & 1);
         FA_TRACE(0, kProdNext, 0);
@@ -138,17 +133,17 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       if constexpr (!ScheduleT::kWarpSpecialized) {
         const int next = visited + C::kStages;
         if (threadIdx.x == 0 && next < w.n_max - w.n_min) {
-          loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - next);
+          loader.load_kv(ss, ring.k, ring.v, load_state, w, w.n_max - 1 - next);
           ++load_state;
         }
       }
     };
-    typename MainloopT::Softmax softmax(fabsf(params.p.scale_log2));
+    typename MainloopT::Softmax softmax = consumer.make_softmax(w);
     typename MainloopT::FragO tOrO;
     if constexpr (ScheduleT::kOverlap) {
-      consumer.mainloop_overlap(ss, pipe_k, pipe_v, state, w, tOrO, softmax);
+      consumer.mainloop_overlap(ss, ring.k, ring.v, state, w, tOrO, softmax);
     } else {
-      consumer.mainloop_plain(ss, pipe_k, pipe_v, state, w, tOrO, softmax, refill);
+      consumer.mainloop_plain(ss, ring.k, ring.v, state, w, tOrO, softmax, refill);
     }
     // The tile's coordinates are derived again rather than kept live across the mainloop: the
     // loop needs every register it can get, and re-reading them costs a few cached loads.
@@ -192,7 +187,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         if (threadIdx.x == 0) {
           loader.load_q(ss, w);
           for (int i = 0; i < C::kStages && i < w.n_max - w.n_min; ++i, ++load_state) {
-            loader.load_kv(ss, pipe_k, pipe_v, load_state, w, w.n_max - 1 - i);
+            loader.load_kv(ss, ring.k, ring.v, load_state, w, w.n_max - 1 - i);
           }
         }
         Barrier::wait(&ss.q_full, q_reads & 1);

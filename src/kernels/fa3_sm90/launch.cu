@@ -1,4 +1,4 @@
-// k4_forward, k5_forward, k6_forward: the Hopper entry points, dispatching on (dtype, head_dim,
+// k4_forward .. k7_forward: the Hopper entry points, dispatching on (dtype, head_dim,
 // head_dim_v) to the generated instantiations (cmake/instantiations.cmake). K6, the production
 // path, has every pair of kHeadDims; K4 and K5 are steps of the lineage (kLineageHeadDims, built
 // with FLASHATTN_LINEAGE). This file sees only the declaration of run_forward (launch.cuh defines
@@ -15,6 +15,8 @@ namespace flashattn::fa3 {
 
 template <class Element, int kHeadDim, int kHeadDimV, class Schedule>
 Status run_forward(const Problem& p, const DebugOptions& debug);  // launch.cuh
+template <class ElementO, int kHeadDim, class Schedule>
+Status run_forward_fp8(const Problem& p, const DebugOptions& debug);  // launch.cuh
 
 // The element type TMA and wgmma are typed by, for a dtype.
 template <DType kDType>
@@ -46,12 +48,14 @@ Status k5_forward(const Problem& problem, const DebugOptions& debug) {
 Status k6_forward(const Problem& problem, const DebugOptions& debug) {
   return fa3::dispatch<fa3::ScheduleK6, kHeadDims>(problem, debug);
 }
-
-}  // namespace flashattn
-
-namespace flashattn {
-// TEMPORARY (replaced by the FP8 mainloop's dispatch in this session's next commits).
-Status k7_forward(const Problem&, const DebugOptions&) {
-  return {StatusCode::unsupported, "k7: the FP8 kernel is not in this build yet"};
+// K7: dispatched on O's dtype (q, k and v are e4m3).
+Status k7_forward(const Problem& p, const DebugOptions& debug) {
+  if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return Status::success();
+  return flashattn::dispatch<kFp8HeadDims>(
+      "k7", p.out_dtype, p.head_dim, p.head_dim_v, [&](auto dtype, auto dims) {
+        return fa3::run_forward_fp8<fa3::Element<decltype(dtype)::value>, decltype(dims)::qk,
+                                    fa3::ScheduleK6>(p, debug);
+      });
 }
+
 }  // namespace flashattn

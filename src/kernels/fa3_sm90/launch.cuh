@@ -14,6 +14,7 @@
 #include "common/cuda_check.h"
 #include "common/workspace.h"
 #include "kernels/fa3_sm90/config.cuh"
+#include "kernels/fa3_sm90/config_fp8.cuh"
 #include "kernels/fa3_sm90/epilogue_fwd_sm90.cuh"
 #include "kernels/fa3_sm90/kernel_fwd_sm90.cuh"
 #include "kernels/fa3_sm90/mainloop_fwd_sm90_tma_wgmma.cuh"
@@ -37,9 +38,9 @@ Status make_params(const Problem& p, const DebugOptions& debug, Params<C>& param
   const int tokens_q = varlen ? p.total_q : p.seqlen_q;
   const int tokens_k = varlen ? p.total_k : p.seqlen_k;
   params.p = p;
-  auto q = gmem_tensor<C>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
-  auto k = gmem_tensor<C>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
-  auto v = gmem_tensor<C>(p.v, tokens_k, kHeadDimV, p.heads_kv, batch, p.v_stride);
+  auto q = gmem_tensor<typename C::Element>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
+  auto k = gmem_tensor<typename C::Element>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
+  auto v = gmem_tensor<typename C::Element>(p.v, tokens_k, kHeadDimV, p.heads_kv, batch, p.v_stride);
   using Tma = typename C::Tma;
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename C::SmemLayoutQ{}, typename Tma::TileQ{},
                                _1{});
@@ -51,7 +52,7 @@ Status make_params(const Problem& p, const DebugOptions& debug, Params<C>& param
   params.shape_k = k.shape();
   params.shape_v = v.shape();
   if constexpr (C::kTmaStoreO) {
-    auto o = gmem_tensor<C>(p.o, tokens_q, kHeadDimV, p.heads_q, batch, p.o_stride);
+    auto o = gmem_tensor<typename C::ElementO>(p.o, tokens_q, kHeadDimV, p.heads_q, batch, p.o_stride);
     params.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename C::SmemLayoutOWG{},
                                  product_each(shape(typename C::SmemLayoutOWG{})), _1{});
     params.shape_o = o.shape();
@@ -78,9 +79,10 @@ Status make_params(const Problem& p, const DebugOptions& debug, Params<C>& param
   return Status::success();
 }
 
-template <class Element, int kHeadDim, int kHeadDimV, class Schedule>
-Status run_forward(const Problem& p, const DebugOptions& debug) {
-  using C = Config<Element, kHeadDim, kHeadDimV, Schedule>;
+// Launches the forward kernel of config C (Config, or ConfigFp8) on a validated problem.
+template <class C>
+Status run_forward_config(const Problem& p, const DebugOptions& debug) {
+  using Schedule = typename C::Schedule;
   Params<C> params;
   int tiles = 0;
   if (Status s = make_params(p, debug, params, tiles); !s.ok()) return s;
@@ -119,6 +121,17 @@ Status run_forward(const Problem& p, const DebugOptions& debug) {
   if (launched != cudaSuccess) return cuda_status(launched, "hopper fwd_kernel launch");
   FA_TRACE_DUMP(debug.timeline_out);
   return freed;
+}
+
+template <class Element, int kHeadDim, int kHeadDimV, class Schedule>
+Status run_forward(const Problem& p, const DebugOptions& debug) {
+  return run_forward_config<Config<Element, kHeadDim, kHeadDimV, Schedule>>(p, debug);
+}
+
+// K7: e4m3 q, k, v; O in ElementO.
+template <class ElementO, int kHeadDim, class Schedule>
+Status run_forward_fp8(const Problem& p, const DebugOptions& debug) {
+  return run_forward_config<ConfigFp8<ElementO, kHeadDim, Schedule>>(p, debug);
 }
 
 }  // namespace flashattn::fa3

@@ -1,13 +1,18 @@
-// The Hopper forward mainloop collective (bf16/fp16): a consumer warpgroup's 64 query rows of a
-// tile, per key block
+// The Hopper forward mainloop collective (bf16/fp16, and e4m3 with ConfigFp8): a consumer
+// warpgroup's 64 query rows of a tile, per key block
 //     S = Q·Kᵀ (wgmma, both from shared memory),  mask,  online softmax,  rescale O,
 //     O += P·V (wgmma, P from registers),
 // reading K and V from the ring the TMA load collective (load_sm90_tma.cuh) fills. Two consumer
 // loops, picked by the schedule: `plain` (K4, K5) waits for each GEMM before the next step;
 // `overlap` (K6) issues Q·K(j+1)ᵀ and P(j)·V(j) together and runs the softmax of block j+1 while
 // P(j)·V(j) is still on the tensor cores, with ping-pong barriers ordering the warpgroups' GEMMs.
-// The epilogue (epilogue_fwd_sm90.cuh) takes O and the softmax state from here.
+// The epilogue (epilogue_fwd_sm90.cuh) takes O and the softmax state from here. What an FP8
+// config changes comes from the config, not from branches here: how P becomes P·V's A operand
+// (C::POperand), the pipeline V arrives on and its loader (C::kTransposeV), P's offset and the
+// descales (C::kPOffset, C::kDescales).
 #pragma once
+
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -16,6 +21,7 @@
 #include "common/named_barrier.cuh"
 #include "kernels/fa3_sm90/config.cuh"
 #include "kernels/fa3_sm90/load_sm90_tma.cuh"
+#include "kernels/fa3_sm90/load_sm90_tma_transpose_v.cuh"
 #include "kernels/fa3_sm90/params_fwd_sm90.cuh"
 #include "kernels/fa3_sm90/schedule.cuh"
 #include "kernels/fa3_sm90/softmax_sm90.cuh"
@@ -33,12 +39,14 @@ struct MainloopFwd {
   // parameters and the load collective that fills the ring this mainloop reads.
   using Cfg = C;
   using Params = fa3::Params<C>;
-  using Load = Loader<C>;
+  using Load = std::conditional_t<C::kTransposeV, LoaderTransposeV<C>, Loader<C>>;
   using Element = typename C::Element;
   using SharedStorage = typename C::SharedStorage;
   using PipelineKV = typename C::PipelineKV;
+  using PipelineV = typename C::PipelineV;
   using PipelineState = cutlass::PipelineState<C::kStages>;
-  using Softmax = OnlineSoftmax<2>;
+  using Softmax = OnlineSoftmax<2, C::kPOffset>;
+  using POperand = typename C::POperand;
   using FragO = decltype(partition_fragment_C(typename C::TiledMmaPV{},
                                               Shape<Int<C::kBlockM>, Int<C::kHeadDimV>>{}));
 
@@ -55,6 +63,30 @@ struct MainloopFwd {
   __device__ __forceinline__ void pingpong_arrive() const {
     if constexpr (C::kPingpong) {
       named_barrier_arrive(kPingpongWG0 + (wg + 1) % C::kConsumerWarpGroups, 2 * 128);
+    }
+  }
+
+  // The tile's softmax: scale_log2 > 0 (a negative scale flips S instead), times the q and k
+  // descales of the tile's sequence and KV head (C::kDescales; null: 1).
+  __device__ __forceinline__ Softmax make_softmax(const TileWork& w) const {
+    float scale_log2 = fabsf(problem.scale_log2);
+    if constexpr (C::kDescales) {
+      const int i = w.c.batch * problem.heads_kv + w.h_kv;
+      if (problem.q_descale != nullptr) scale_log2 *= problem.q_descale[i];
+      if (problem.k_descale != nullptr) scale_log2 *= problem.k_descale[i];
+    }
+    return Softmax(scale_log2);
+  }
+
+  // O of a finished tile times the v descale of its sequence and KV head (C::kDescales).
+  __device__ __forceinline__ void descale_o(FragO& tOrO, const TileWork& w) const {
+    if constexpr (C::kDescales) {
+      if (problem.v_descale != nullptr) {
+        const float f = problem.v_descale[w.c.batch * problem.heads_kv + w.h_kv];
+        Tensor o = rowcol(tOrO);
+        const float factor[2] = {f, f};
+        scale_rows(o, factor);
+      }
     }
   }
 
@@ -100,13 +132,13 @@ struct MainloopFwd {
   // visited key block's stage is released (K4 refills it from there).
   template <class AfterBlock>
   __device__ __forceinline__ void mainloop_plain(SharedStorage& ss, PipelineKV& pipe_k,
-                                                 PipelineKV& pipe_v, PipelineState& state,
+                                                 PipelineV& pipe_v, PipelineState& state,
                                                  const TileWork& w, FragO& tOrO,
                                                  Softmax& softmax, AfterBlock&& after_block) {
     auto [tSrQ, tSrK, tOrV, coords] = operands(ss);
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
-    Tensor rP = make_tensor_like<Element>(tSrS);
-    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    Tensor rP = POperand::template fragment<Element>(tSrS);
+    Tensor tOrP = POperand::as_a_operand(rP);
     clear(tOrO);
     for (int n = w.n_max - 1, i = 0; n >= w.n_min; --n, ++i) {
       pipe_k.consumer_wait(state);
@@ -120,25 +152,26 @@ struct MainloopFwd {
         Tensor o = rowcol(tOrO);
         scale_rows(o, factor);
       }
-      convert_into(tSrS, rP);
+      POperand::convert(tSrS, rP);
       pipe_v.consumer_wait(state);
       wgmma<false, 0>(mma_pv, tOrP, tOrV(_, _, _, state.index()), tOrO);
       pipe_v.consumer_release(state);
       ++state;
       after_block(i);
     }
+    descale_o(tOrO, w);
   }
 
   // K6: Q·K(j+1)ᵀ and P(j)·V(j) issued back to back; the softmax of block j+1 runs while
   // P(j)·V(j) is on the tensor cores; O is rescaled once that GEMM is done.
   __device__ __forceinline__ void mainloop_overlap(SharedStorage& ss, PipelineKV& pipe_k,
-                                                   PipelineKV& pipe_v, PipelineState& state,
+                                                   PipelineV& pipe_v, PipelineState& state,
                                                    const TileWork& w, FragO& tOrO,
                                                    Softmax& softmax) {
     auto [tSrQ, tSrK, tOrV, coords] = operands(ss);
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
-    Tensor rP = make_tensor_like<Element>(tSrS);
-    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    Tensor rP = POperand::template fragment<Element>(tSrS);
+    Tensor tOrP = POperand::as_a_operand(rP);
     Tensor s = rowcol(tSrS);
     Tensor o = rowcol(tOrO);
     PipelineState state_v = state;
@@ -181,7 +214,7 @@ struct MainloopFwd {
         ++state_v;
       }
       if (rescale) scale_rows(o, factor);
-      convert_into(tSrS, rP);
+      POperand::convert(tSrS, rP);
       if (n < w.n_min) break;
 
       pipe_k.consumer_wait(state);
@@ -212,6 +245,7 @@ struct MainloopFwd {
     warpgroup_fence_operand(tOrO);
     FA_TRACE(1 + wg, kLastPV, 0);
     pipe_v.consumer_release(state_v);
+    descale_o(tOrO, w);
   }
 
   // Q's buffer may be refilled once this thread's last Q·Kᵀ is done.

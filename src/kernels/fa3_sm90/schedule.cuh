@@ -51,8 +51,14 @@ __host__ __device__ constexpr Role role_of(int warp_group) {
 //   producer  | 24                    | 24
 //   consumer  | 240                   | 160
 //   total     | 24 + 2 x 240 = 504    | 24 + 3 x 160 = 504
-// (The producer issues TMA from one thread; 24 is the floor setmaxnreg allows.)
-constexpr int role_registers(Role role, int consumer_warp_groups) {
+// (The producer issues TMA from one thread; 24 is the floor setmaxnreg allows.) The FP8
+// mainloop's producer warpgroup also transposes V (transpose_v_sm90.cuh) and needs 40: at 32 its
+// leader spilled 40 bytes (the tile's sequence bounds), so FP8 runs two consumer warpgroups:
+//   producer  | 40
+//   consumer  | 232
+//   total     | 40 + 2 x 232 = 504
+constexpr int role_registers(Role role, int consumer_warp_groups, bool transposing = false) {
+  if (transposing) return role == Role::producer ? 40 : 232;
   return role == Role::producer ? 24 : consumer_warp_groups == 2 ? 240 : 160;
 }
 

@@ -1,5 +1,5 @@
-// Masking and the online softmax on wgmma accumulator fragments, plus the layout views that let
-// the softmax read the accumulator as (row, column) and P·V read it as its A operand.
+// Masking and the online softmax on wgmma accumulator fragments, plus the layout view that lets
+// the softmax read the accumulator as (row, column) (P·V's view of it: p_operand_sm90.cuh).
 //
 // A thread of a 64-row wgmma holds two rows (lane/4 and lane/4 + 8 of its warp's 16) and, of
 // each row, columns 2t, 2t+1 (t = lane % 4) of every 8-column group. The four lanes of a quad
@@ -15,6 +15,7 @@
 #include "common/mask.h"
 #include "common/math_constants.h"
 #include "common/sink.h"
+#include "kernels/fa3_sm90/p_operand_sm90.cuh"
 
 namespace flashattn::fa3 {
 
@@ -31,23 +32,6 @@ __device__ __forceinline__ constexpr auto rowcol_layout(L l) {
 template <class Tensor>
 __device__ __forceinline__ auto rowcol(Tensor&& t) {
   return make_tensor(t.data(), rowcol_layout(t.layout()));
-}
-
-// The S accumulator ((2, 2, N/8), 1, 1) read as the register A operand of a k16 wgmma:
-// ((2, 2, 2), 1, N/16) — two neighbouring 8-column groups make one k16 slice.
-template <class L>
-__device__ __forceinline__ constexpr auto acc_as_a_operand(L l) {
-  auto groups = logical_divide(get<0, 2>(l), Layout<_2>{});  // (2, V/2)
-  return make_layout(make_layout(get<0, 0>(l), get<0, 1>(l), get<0>(groups)), get<1>(l),
-                     make_layout(get<1>(groups), get<2>(l)));
-}
-
-// fp32 fragment -> a 16-bit fragment of the same size (rounded to nearest even).
-template <class TensorF, class TensorH>
-__device__ __forceinline__ void convert_into(const TensorF& from, TensorH& to) {
-  using Element = typename TensorH::value_type;
-#pragma unroll
-  for (int i = 0; i < size(from); ++i) to(i) = static_cast<Element>(from(i));
 }
 
 // S (rowcol view) becomes -inf where the mask hides (row0 + row, key0 + col); coordinates come
@@ -111,9 +95,15 @@ __device__ __forceinline__ float merge_chains(const float (&part)[kChains], Op o
 }
 
 // Running max m (raw score units) and partial sum l of a thread's kRows rows. scale_log2 > 0
-// (the kernel negates S for a negative softmax scale).
-template <int kRows>
+// (the kernel negates S for a negative softmax scale). kPOffset (log2 units) lifts P's range to
+// (0, 2^kPOffset] (FP8 P: e4m3 holds up to 448 and flushes below 2^-9, so the offset of 8 keeps
+// values down to 2^-17 of the row's max that would otherwise be zero); l carries the same
+// factor, so 1/l and the LSE (which subtracts it) are unchanged. The conditional rescale's slack
+// shrinks by the offset, so P never exceeds 2^max(8, kPOffset).
+template <int kRows, int kPOffset = 0>
 struct OnlineSoftmax {
+  static constexpr float kSlack = kRescaleSlack - kPOffset;
+
   float m[kRows];
   float l[kRows];
   float scale_log2;
@@ -143,8 +133,9 @@ struct OnlineSoftmax {
       float mx = merge_chains(part, [](float a, float b) { return fmaxf(a, b); });
       mx = quad_max(mx);
       // (-inf) - (-inf) is NaN: a row that has seen nothing keeps -inf either way.
-      if (opt.conditional_rescale && (mx - m[r]) * scale_log2 <= kRescaleSlack) mx = m[r];
+      if (kSlack > 0.f && opt.conditional_rescale && (mx - m[r]) * scale_log2 <= kSlack) mx = m[r];
       const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
+      const float neg_ref = kPOffset == 0 ? -ref : kPOffset - ref;  // P's exponent offset
       // Exactly 1 for a row whose reference stayed: O is then the same whether or not the warp
       // rescales (the vote below includes rows past a sequence's end, whose maxima differ
       // between a packed batch and the sequence run alone). m was -inf: 0; l and O are 0 then.
@@ -155,7 +146,7 @@ struct OnlineSoftmax {
       for (int c = 0; c < kChains; ++c) part[c] = 0.f;
 #pragma unroll
       for (int j = 0; j < size<1>(s); ++j) {
-        const float x = fmaf(s(r, j), scale_log2, -ref);
+        const float x = fmaf(s(r, j), scale_log2, neg_ref);
         const bool emulate =
             kExp2EmulationPeriod > 0 && j % (kExp2EmulationPeriod > 0 ? kExp2EmulationPeriod : 1) == 0;
         const float p = emulate ? exp2_poly(x) : exp2_approx(x);
@@ -174,7 +165,7 @@ struct OnlineSoftmax {
       const float sum = quad_sum(l[r]);
       const bool empty = sum == 0.f || sum != sum;
       inv[r] = empty ? 0.f : 1.f / sum;
-      lse[r] = empty ? -INFINITY : (m[r] * scale_log2 + __log2f(sum)) * kLn2;
+      lse[r] = empty ? -INFINITY : (m[r] * scale_log2 - kPOffset + __log2f(sum)) * kLn2;
     }
   }
 
@@ -184,7 +175,7 @@ struct OnlineSoftmax {
                                                      float (&lse)[kRows]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const SinkNorm n = normalize_with_sink(quad_sum(l[r]), m[r] * scale_log2, sink);
+      const SinkNorm n = normalize_with_sink(quad_sum(l[r]), m[r] * scale_log2 - kPOffset, sink);
       inv[r] = n.inv;
       lse[r] = n.lse;
     }

@@ -28,4 +28,20 @@ constexpr TileSize tile_size(int head_dim, int head_dim_v) {
   return {128, 64, 2};
 }
 
+// The FP8 (e4m3) mainloop's tiles (config_fp8.cuh). Shared memory is Q + stages x (K + Vᵀ) +
+// raw_v_stages x V as landed (all 1 byte per element) + O (block_m x dv, 2 bytes). Two consumer
+// warpgroups of 232 registers (schedule.cuh: the transposing producer keeps 40, which leaves
+// three warpgroups 152, and d 64 spilled 32 bytes there): S is block_n / 2 fp32, O dv / 2, P
+// block_n / 8 (one byte each). 8-bit wgmma's k is 32: block_n is a multiple of 32.
+struct TileSizeFp8 {
+  int block_m, block_n, stages, raw_v_stages;
+};
+constexpr TileSizeFp8 tile_size_fp8(int head_dim) {
+  if (head_dim <= 64) return {128, 128, 2, 2};
+  if (head_dim <= 128) return {128, 128, 2, 2};
+  // d 256: O alone is 128 registers; 64 keys keep S + P at 40 (K6's 16-bit choice, for the same
+  // reason).
+  return {128, 64, 2, 2};
+}
+
 }  // namespace flashattn::fa3
