@@ -46,7 +46,10 @@ using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<const Element*
 template <class Element>
 auto gmem_tensor(const void* data, int tokens, int dim, int heads, int batch,
                  const int64_t (&stride)[3]) {
-  auto used = [](int extent, int64_t s) { return extent > 1 ? s : int64_t{8}; };
+  // (16 bytes: TMA wants strides of a multiple of 16 bytes, whatever the mode's extent.)
+  auto used = [](int extent, int64_t s) {
+    return extent > 1 ? s : int64_t{16 / static_cast<int>(sizeof(Element))};
+  };
   return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)),
                      make_shape(std::max(tokens, 1), dim, heads, batch),
                      make_stride(used(tokens, stride[1]), _1{}, used(heads, stride[2]),

@@ -1,15 +1,25 @@
 // The FP8 mainloop's V, transposed in shared memory by the producer warpgroup. 8-bit wgmma reads
 // its B operand K-major only, and P·V's K is the key: V arrives from TMA key-major ((keys, dv),
-// dv contiguous) and the GEMM needs Vᵀ ((dv, keys), keys contiguous). The producer's 128 threads
-// turn each landed block around while the consumers compute, with the keys in the order of P's
+// dv contiguous) and the GEMM needs Vᵀ ((dv, keys), keys contiguous). Producer warps 1-3 turn
+// each landed block around while the consumers compute, with the keys in the order of P's
 // A-operand positions (p_operand_sm90.cuh, key_of_a_position), so that P needs no shuffle.
 //
-// One work item is a 4 x 4 byte square: four keys' 4-byte words of columns d..d+3 in, four
-// columns' words of A positions p..p+3 out, transposed by eight byte permutes. A warp's 32
-// items per step are 8 column words x 4 position words: the 32 loads then hit 32 banks under
-// the 128-byte swizzle (the four keys of a position word differ in row % 8, the two column
-// chunks in the chunk index they are XORed with); the stores meet 4-way conflicts (their rows
-// d + j share row % 8 across the lanes' column words).
+// Each half of a warp's step moves 16 keys x 32 columns (512 bytes) with two instructions of data
+// movement: ldmatrix.x4.trans reads four 8 x 8 matrices of 16-bit pairs (keys 0-7 and 8-15
+// of the step, columns 0-15 and 16-31) transposed, so thread t holds, of column pair c = t / 4,
+// the two keys 2q, 2q + 1 (q = t % 4) of each 8-key half: A = (k, k+1 | col 2c, 2c+1) and B the
+// same 8 keys on. Positions 4q..4q+3 of P's A operand hold exactly keys 2q, 2q+1, 2q+8, 2q+9, so
+// one byte permute per word gives column 2c's (A.0, A.2, B.0, B.2) and column 2c+1's (A.1, A.3,
+// B.1, B.3); stmatrix.x4 writes those words as four 8 x 8 matrices of Vᵀ rows. Lanes 16-31 give
+// their odd column to the first matrix and their even one to the second, so each matrix's 8
+// rows differ in row % 8 and hit 8 different 16-byte chunks under the swizzle: no bank conflict
+// on either side (ldmatrix's 8 rows are 8 consecutive keys).
+//
+// Measured before (d 128, H100): a transpose of 4 x 4 byte squares through 32-bit loads and
+// stores, ~1150 warp instructions per block, held K7 to 472-525 TFLOP/s (900 with the transpose
+// left out): the consumers' softmax is issue-bound and the transpose's instructions share their
+// schedulers. ldmatrix/stmatrix at 32 columns a step: 706 (~21 instructions a step, 32 steps a
+// block). Steps of 64 columns share their address arithmetic: ~30 instructions, 16 steps.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -21,13 +31,18 @@ namespace flashattn::fa3 {
 
 using namespace cute;
 
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-  return v;
+// Four 8 x 8 matrices of 16-bit elements, transposed (`addr`: this lane's row of matrix lane / 8).
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
 }
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+// Four 8 x 8 matrices of 16-bit elements (`addr`: this lane's row of matrix lane / 8).
+__device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // Stage `raw_stage` of the landed V (C::SmemLayoutV: (keys, dv, stage), bytes) into stage
@@ -36,44 +51,48 @@ __device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
 template <class C, int kThreads>
 __device__ __forceinline__ void transpose_v(const typename C::Element* raw, int raw_stage,
                                             typename C::Element* vt, int vt_stage, int ptid) {
-  constexpr int kKeyGroups = C::kBlockN / 16;    // 16 A positions: 4 position words
-  constexpr int kColGroups = C::kHeadDimV / 32;  // 32 columns: 8 column words
-  static_assert(C::kBlockN % 32 == 0 && C::kHeadDimV % 32 == 0);
+  constexpr int kKeySteps = C::kBlockN / 16;    // 16 keys per step
+  constexpr int kColSteps = C::kHeadDimV / 64;   // 64 columns per step: two ldmatrix.x4
+  static_assert(C::kBlockN % 16 == 0 && C::kHeadDimV % 64 == 0);
   static_assert(sizeof(typename C::Element) == 1);
   // Byte offsets in 32 bits: the layouts' swizzle (layout_a) of their plain offsets (layout_b),
   // the buffers being aligned to the swizzle's span. (CuTe's swizzled pointers did the same in
-  // 64-bit arithmetic and spilled the producer's 32 registers.)
+  // 64-bit arithmetic and spilled the producer's registers.)
   const auto raw_layout = typename C::SmemLayoutV{};
   const auto vt_layout = typename C::SmemLayoutVt{};
   const uint32_t raw_base = cute::cast_smem_ptr_to_uint(raw);
   const uint32_t vt_base = cute::cast_smem_ptr_to_uint(vt);
-  auto at_raw = [&](int key, int col) {
-    return raw_base + raw_layout.layout_a()(raw_layout.layout_b()(key, col, raw_stage));
-  };
-  auto at_vt = [&](int col, int pos) {
-    return vt_base + vt_layout.layout_a()(vt_layout.layout_b()(col, pos, vt_stage));
-  };
   const int lane = ptid % 32, warp = ptid / 32;
-  const int col_word = (lane & 3) | ((lane >> 4) << 2);  // of the item's 8
-  const int pos_word = (lane >> 2) & 3;                  // of the item's 4
+  const int m = lane / 8, i = lane % 8;  // the matrix and row this lane addresses
+  // ldmatrix: matrices (keys 0-7 | 8-15) x (columns 0-15 | 16-31) of a 32-column half step.
+  const int read_key = 8 * (m % 2) + i, read_col = 16 * (m / 2);
+  // stmatrix: matrix m holds Vᵀ rows 16·(m / 2) + 2i + ((m % 2) ^ (i >= 4)) (see the top).
+  const int write_row = 16 * (m / 2) + 2 * i + ((m % 2) ^ (i >= 4 ? 1 : 0));
+  // This thread's words: even column 2c first for threads of c < 4, odd first for the others.
+  const uint32_t sel_first = lane < 16 ? 0x6420u : 0x7531u;
+  const uint32_t sel_second = lane < 16 ? 0x7531u : 0x6420u;
+  // The step's second half, 32 columns on: in V, 16-byte chunk c + 2 of the same rows, which
+  // the swizzle places at chunk (c ^ row % 8) ^ 2 (c's bit 1 is 0: the half starts at a
+  // multiple of 64 columns, and 128-byte rows hold two halves): the address XOR 32. In Vᵀ, 32
+  // rows down, the same chunk: + 32 rows.
+  constexpr int kVtRowBytes = C::kBlockN;
 #pragma unroll 1
-  for (int i = warp; i < kKeyGroups * kColGroups; i += kThreads / 32) {
-    const int kg = i % kKeyGroups, cg = i / kKeyGroups;
-    const int d = 32 * cg + 4 * col_word;
-    const int p = 16 * kg + 4 * pos_word;
-    // A positions p..p+3 hold keys key0 + {0, 1, 8, 9} (key_of_a_position).
-    const int key0 = key_of_a_position(p);
-    const uint32_t w0 = lds32(at_raw(key0, d));
-    const uint32_t w1 = lds32(at_raw(key0 + 1, d));
-    const uint32_t w2 = lds32(at_raw(key0 + 8, d));
-    const uint32_t w3 = lds32(at_raw(key0 + 9, d));
-    // o_j = (w0.j, w1.j, w2.j, w3.j): column d + j of the four keys, in position order.
-    const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), lo23 = __byte_perm(w2, w3, 0x5140);
-    const uint32_t hi01 = __byte_perm(w0, w1, 0x7362), hi23 = __byte_perm(w2, w3, 0x7362);
-    sts32(at_vt(d + 0, p), __byte_perm(lo01, lo23, 0x5410));
-    sts32(at_vt(d + 1, p), __byte_perm(lo01, lo23, 0x7632));
-    sts32(at_vt(d + 2, p), __byte_perm(hi01, hi23, 0x5410));
-    sts32(at_vt(d + 3, p), __byte_perm(hi01, hi23, 0x7632));
+  for (int step = warp; step < kKeySteps * kColSteps; step += kThreads / 32) {
+    const int ks = step % kKeySteps, cs = step / kKeySteps;
+    uint32_t r[4], w[4];
+    const uint32_t from = raw_base + raw_layout.layout_a()(raw_layout.layout_b()(
+                                         16 * ks + read_key, 64 * cs + read_col, raw_stage));
+    const uint32_t to = vt_base + vt_layout.layout_a()(vt_layout.layout_b()(
+                                      64 * cs + write_row, 16 * ks, vt_stage));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      ldsm_x4_trans(half == 0 ? from : from ^ 32u, r);
+      w[0] = __byte_perm(r[0], r[1], sel_first);
+      w[1] = __byte_perm(r[0], r[1], sel_second);
+      w[2] = __byte_perm(r[2], r[3], sel_first);
+      w[3] = __byte_perm(r[2], r[3], sel_second);
+      stsm_x4(to + half * 32 * kVtRowBytes, w);
+    }
   }
 }
 
