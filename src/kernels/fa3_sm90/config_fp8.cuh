@@ -20,6 +20,8 @@ struct ConfigFp8 {
   using POperand = POperandE4m3;
   // P = 2^(x - max + 8) lands in (0, 256] (e4m3 holds 448): values down to 2^-17 of a row's max
   // survive the rounding instead of 2^-9 (OnlineSoftmax; the conditional rescale's slack goes).
+  // (Offset 4 with the conditional rescale's slack of 4 back measured the same: d 128 16k 816
+  // against 804 TFLOP/s, within noise.)
   static constexpr int kPOffset = 8;
   static constexpr bool kDescales = true;
   static constexpr bool kTransposeV = true;  // LoaderTransposeV

@@ -37,7 +37,8 @@ struct TileSizeFp8 {
   int block_m, block_n, stages, raw_v_stages;
 };
 // Two raw V stages: four measured the same once the transpose was cheap (d 128 16k: 831 / 829
-// TFLOP/s); with the first, slow transpose four had bought 472 -> 515.
+// TFLOP/s); with the first, slow transpose four had bought 472 -> 515. d 128 with 192 keys: 849
+// against 804 at 16k, but 597 against 657 at 1024 (noise is about 3%): 128 kept.
 constexpr TileSizeFp8 tile_size_fp8(int head_dim) {
   if (head_dim <= 64) return {128, 128, 2, 2};
   if (head_dim <= 128) return {128, 128, 2, 2};

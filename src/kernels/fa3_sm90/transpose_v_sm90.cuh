@@ -73,9 +73,9 @@ __device__ __forceinline__ void transpose_v(const typename C::Element* raw, int 
   const uint32_t sel_second = lane < 16 ? 0x7531u : 0x6420u;
   // The step's second half, 32 columns on: in V, 16-byte chunk c + 2 of the same rows, which
   // the swizzle places at chunk (c ^ row % 8) ^ 2 (c's bit 1 is 0: the half starts at a
-  // multiple of 64 columns, and 128-byte rows hold two halves): the address XOR 32. In Vᵀ, 32
-  // rows down, the same chunk: + 32 rows.
-  constexpr int kVtRowBytes = C::kBlockN;
+  // multiple of 64 columns): the address XOR 32. In Vᵀ, 32 rows down, the same chunk.
+  // (32 rows of Vᵀ: the layout's own offset, a multiple of the swizzle's period.)
+  const uint32_t vt_32_rows = vt_layout.layout_b()(32, 0, 0) - vt_layout.layout_b()(0, 0, 0);
 #pragma unroll 1
   for (int step = warp; step < kKeySteps * kColSteps; step += kThreads / 32) {
     const int ks = step % kKeySteps, cs = step / kKeySteps;
@@ -91,7 +91,7 @@ __device__ __forceinline__ void transpose_v(const typename C::Element* raw, int 
       w[1] = __byte_perm(r[0], r[1], sel_second);
       w[2] = __byte_perm(r[2], r[3], sel_first);
       w[3] = __byte_perm(r[2], r[3], sel_second);
-      stsm_x4(to + half * 32 * kVtRowBytes, w);
+      stsm_x4(to + half * vt_32_rows, w);
     }
   }
 }
