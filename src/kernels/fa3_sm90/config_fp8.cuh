@@ -38,9 +38,8 @@ struct ConfigFp8 {
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
-  static constexpr int kStagesVRaw = kTile.raw_v_stages;
   static constexpr int kConsumerWarpGroups = kBlockM / 64;
-  static_assert(kConsumerWarpGroups == 2, "the register plan of schedule.cuh is for two");
+  static_assert(kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3);
   static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kProducerRegs = role_registers(Role::producer, kConsumerWarpGroups, true);
@@ -63,7 +62,7 @@ struct ConfigFp8 {
                                              Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V as TMA lands it: (keys, dv, raw stage).
   using SmemLayoutV = decltype(tile_to_shape(
-      SmemAtomK<Element, kHeadDimV>{}, Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStagesVRaw>>{}));
+      SmemAtomK<Element, kHeadDimV>{}, Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));
   // Vᵀ as P·V reads it: (dv, A position, stage), keys in POperandE4m3's order.
   using SmemLayoutVt = decltype(tile_to_shape(SmemAtomK<Element, kBlockN>{},
                                               Shape<Int<kHeadDimV>, Int<kBlockN>, Int<kStages>>{}));
@@ -72,8 +71,7 @@ struct ConfigFp8 {
   static constexpr int kBytesV = kBlockN * kHeadDimV;
   static constexpr int kBytesO = kBlockM * kHeadDimV * sizeof(ElementO);
   static constexpr int kSmemOptin = 227 * 1024;
-  static constexpr int kOPasses = kBytesQ + kStages * (kBytesK + kBytesV) +
-                                              kStagesVRaw * kBytesV + kBytesO + 1024 >
+  static constexpr int kOPasses = kBytesQ + kStages * (kBytesK + 2 * kBytesV) + kBytesO + 1024 >
                                           kSmemOptin
                                       ? 2
                                       : 1;
@@ -90,7 +88,7 @@ struct ConfigFp8 {
   static constexpr bool kFastDivide = kOPasses == 1;
 
   using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineVRaw = cutlass::PipelineTmaAsync<kStagesVRaw>;
+  using PipelineVRaw = cutlass::PipelineTmaAsync<kStages>;  // V as landed: K's stages
   using PipelineV = cutlass::PipelineAsync<kStages>;  // Vᵀ: written by the producer's threads
 
   struct SharedStorage {

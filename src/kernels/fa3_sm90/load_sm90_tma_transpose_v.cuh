@@ -2,7 +2,7 @@
 // whole producer warpgroup (transpose_v_sm90.cuh), because 8-bit wgmma reads its B operand
 // K-major only. Three pipelines instead of two:
 //   k      TMA -> consumers                       (as Loader's)
-//   v_raw  TMA -> the producer warpgroup          V as stored, C::kStagesVRaw stages
+//   v_raw  TMA -> the producer warpgroup          V as stored, C::kStages stages
 //   v      producer warpgroup -> consumers        Vᵀ, C::kStages stages: what the mainloop reads
 // The leader (thread 0) walks the tiles and issues every TMA exactly as K6's producer thread
 // does (and keeps to its registers: a leader that also transposed spilled at d 64, whose three
@@ -38,10 +38,11 @@ struct LoaderTransposeV {
     PipelineV v;
     PipelineVRaw v_raw;
   };
-  struct ProducerState {
-    cutlass::PipelineState<C::kStages> k, v;
-    cutlass::PipelineState<C::kStagesVRaw> raw_load, raw_read;
-    int blocks;  // V blocks loaded (the leader's count)
+  // The leader's place in the K and raw V rings, which have the same stages and advance together
+  // (one state, as K6's producer keeps: the leader fits K6's registers), and the followers'.
+  using ProducerState = cutlass::PipelineState<C::kStages>;
+  struct FollowerState {
+    cutlass::PipelineState<C::kStages> v, raw;
   };
 
   Loader<C> tma;  // Q, K and V's TMA copies
@@ -80,25 +81,21 @@ struct LoaderTransposeV {
   }
 
   __device__ __forceinline__ static ProducerState start_state() {
-    return {cutlass::make_producer_start_state<PipelineKV>(),
-            cutlass::make_producer_start_state<PipelineV>(),
-            cutlass::make_producer_start_state<PipelineVRaw>(),
-            {},
-            0};
+    return cutlass::make_producer_start_state<PipelineKV>();
   }
 
-  // The landed V block st.raw_read, transposed into the next Vᵀ stage (every follower, after
-  // ring.v_raw.consumer_wait(st.raw_read)).
+  // The landed V block st.raw, transposed into the next Vᵀ stage (every follower, after
+  // ring.v_raw.consumer_wait(st.raw)).
   __device__ __forceinline__ void transpose_landed(SharedStorage& ss, Ring& ring,
-                                                   ProducerState& st) const {
+                                                   FollowerState& st) const {
     ring.v.producer_acquire(st.v);
-    transpose_v<C, kFollowers>(ss.v_raw.data(), st.raw_read.index(), ss.v.data(), st.v.index(),
+    transpose_v<C, kFollowers>(ss.v_raw.data(), st.raw.index(), ss.v.data(), st.v.index(),
                                threadIdx.x % 128 - (128 - kFollowers));
     // The stores, visible to the consumers' wgmma (the async proxy) before the stage is full.
     cutlass::arch::fence_view_async_shared();
     ring.v.producer_commit(st.v);
-    ring.v_raw.consumer_release(st.raw_read);
-    ++st.raw_read;
+    ring.v_raw.consumer_release(st.raw);
+    ++st.raw;
     ++st.v;
   }
 
@@ -110,30 +107,28 @@ struct LoaderTransposeV {
   // The leader: every key block of a tile, last to first (the order the mainloop visits them).
   __device__ __forceinline__ void load_tile(SharedStorage& ss, Ring& ring, ProducerState& st,
                                             const TileWork& w) const {
-    for (int n = w.n_max - 1; n >= w.n_min; --n) {
-      tma.load_k(ss, ring.k, st.k, w, n);
-      ++st.k;
-      tma.load_v(ss.v_raw.data(), ring.v_raw, st.raw_load, w, n);
-      ++st.raw_load;
-      ++st.blocks;
+#pragma unroll 1  // (unrolled by 4, the loop spilled the leader's 32 registers at d 64)
+    for (int n = w.n_max - 1; n >= w.n_min; --n, ++st) {
+      tma.load_k(ss, ring.k, st, w, n);
+      tma.load_v(ss.v_raw.data(), ring.v_raw, st, w, n);
     }
   }
 
   // The leader, out of tiles: publishes how many V blocks it loaded, then completes the next raw
   // stage without data, which wakes the followers to read it.
   __device__ __forceinline__ void finish(SharedStorage& ss, Ring& ring, ProducerState& st) const {
-    store_shared_int(&ss.v_blocks, st.blocks);
-    ring.v_raw.producer_acquire(st.raw_load);  // expects kBytesV on the stage's barrier
+    store_shared_int(&ss.v_blocks, st.count());
+    ring.v_raw.producer_acquire(st);  // expects kBytesV on the stage's barrier
     cutlass::arch::ClusterTransactionBarrier::complete_transaction(
-        ring.v_raw.producer_get_barrier(st.raw_load), 0, C::kBytesV);
+        ring.v_raw.producer_get_barrier(st), 0, C::kBytesV);
   }
 
   // The followers: every landed block, until the leader's count says there are no more. (The count is INT_MAX until the leader is out of tiles, and is published before the
   // stage that follows the last block completes.)
   __device__ __forceinline__ void follow_transposes(SharedStorage& ss, Ring& ring) const {
-    ProducerState st = start_state();
+    FollowerState st{cutlass::make_producer_start_state<PipelineV>(), {}};
     for (int done = 0;; ++done) {
-      ring.v_raw.consumer_wait(st.raw_read);
+      ring.v_raw.consumer_wait(st.raw);
       if (done == load_shared_int(&ss.v_blocks)) return;
       transpose_landed(ss, ring, st);
     }

@@ -52,13 +52,15 @@ __host__ __device__ constexpr Role role_of(int warp_group) {
 //   consumer  | 240                   | 160
 //   total     | 24 + 2 x 240 = 504    | 24 + 3 x 160 = 504
 // (The producer issues TMA from one thread; 24 is the floor setmaxnreg allows.) The FP8
-// mainloop's producer warpgroup also transposes V (transpose_v_sm90.cuh) and needs 40: at 32 its
-// leader spilled 40 bytes (the tile's sequence bounds), so FP8 runs two consumer warpgroups:
-//   producer  | 40
-//   consumer  | 232
-//   total     | 40 + 2 x 232 = 504
+// mainloop's producer warpgroup also transposes V (transpose_v_sm90.cuh): 40 with two consumer
+// warpgroups, 32 with three (the leader spilled 40 bytes at 32 while it kept four ring states;
+// with one, as K6's producer, it fits):
+//   producer  | 40                    | 32
+//   consumer  | 232                   | 160
+//   total     | 40 + 2 x 232 = 504    | 32 + 3 x 160 = 512
 constexpr int role_registers(Role role, int consumer_warp_groups, bool transposing = false) {
-  if (transposing) return role == Role::producer ? 40 : 232;
+  if (transposing && consumer_warp_groups == 2) return role == Role::producer ? 40 : 232;
+  if (transposing) return role == Role::producer ? 32 : 160;
   return role == Role::producer ? 24 : consumer_warp_groups == 2 ? 240 : 160;
 }
 

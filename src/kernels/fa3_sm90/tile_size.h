@@ -28,23 +28,24 @@ constexpr TileSize tile_size(int head_dim, int head_dim_v) {
   return {128, 64, 2};
 }
 
-// The FP8 (e4m3) mainloop's tiles (config_fp8.cuh). Shared memory is Q + stages x (K + Vᵀ) +
-// raw_v_stages x V as landed (all 1 byte per element) + O (block_m x dv, 2 bytes). Two consumer
+// The FP8 (e4m3) mainloop's tiles (config_fp8.cuh). Shared memory is Q + stages x (K + Vᵀ + V as
+// landed) (all 1 byte per element) + O (block_m x dv, 2 bytes). Two consumer
 // warpgroups of 232 registers (schedule.cuh: the transposing producer keeps 40, which leaves
 // three warpgroups 152, and d 64 spilled 32 bytes there): S is block_n / 2 fp32, O dv / 2, P
 // block_n / 8 (one byte each). 8-bit wgmma's k is 32: block_n is a multiple of 32.
 struct TileSizeFp8 {
-  int block_m, block_n, stages, raw_v_stages;
+  int block_m, block_n, stages;  // stages of K, of V as landed and of Vᵀ each
 };
-// Two raw V stages: four measured the same once the transpose was cheap (d 128 16k: 831 / 829
-// TFLOP/s); with the first, slow transpose four had bought 472 -> 515. d 128 with 192 keys: 849
+// As many raw V stages as K's (the producer's leader then keeps one ring state): four measured
+// the same as two once the transpose was cheap (d 128 16k: 831 / 829 TFLOP/s); with the first,
+// slow transpose four had bought 472 -> 515. d 128 with 192 keys: 849
 // against 804 at 16k, but 597 against 657 at 1024 (noise is about 3%): 128 kept.
 constexpr TileSizeFp8 tile_size_fp8(int head_dim) {
-  if (head_dim <= 64) return {128, 128, 2, 2};
-  if (head_dim <= 128) return {128, 128, 2, 2};
+  if (head_dim <= 64) return {192, 128, 2};
+  if (head_dim <= 128) return {128, 128, 2};
   // d 256: O alone is 128 registers; 64 keys keep S + P at 40 (K6's 16-bit choice, for the same
   // reason).
-  return {128, 64, 2, 2};
+  return {128, 64, 2};
 }
 
 }  // namespace flashattn::fa3
