@@ -114,9 +114,15 @@ struct LoaderTransposeV {
     }
   }
 
-  // The leader, out of tiles: publishes how many V blocks it loaded, then completes the next raw
-  // stage without data, which wakes the followers to read it.
+  // The leader, out of tiles: waits until the followers have released every block it loaded (so
+  // none of them reads v_blocks until the next stage completes: a write while they still read
+  // it for earlier blocks was a race under compute-sanitizer racecheck), publishes how many there
+  // were, then completes the next raw stage without data, which wakes the followers to read it.
   __device__ __forceinline__ void finish(SharedStorage& ss, Ring& ring, ProducerState& st) const {
+    ProducerState drained = st;
+    for (int s = 0; s < C::kStages; ++s, ++drained) {  // stage of block count + s: block + s - kStages
+      ss.pipeline_v_raw.empty_barrier_[drained.index()].wait(drained.phase());
+    }
     store_shared_int(&ss.v_blocks, st.count());
     ring.v_raw.producer_acquire(st);  // expects kBytesV on the stage's barrier
     cutlass::arch::ClusterTransactionBarrier::complete_transaction(
