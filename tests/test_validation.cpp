@@ -264,7 +264,14 @@ const std::vector<PagedRule>& paged_rules() {
       // k and v are the blocks: every stride is checked, the block stride included.
       {"block_stride_misaligned", [](PagedProblem& g) { g.h.p.v.stride[0] = 4 * 2 * 64 + 4; },
        "v.stride[0]: must be a multiple of 8 elements"},
-      {"o_overlaps_blocks", [](PagedProblem& g) { g.h.p.o.data = g.h.k.data() + 31 * 2 * 64; },
+      // k's blocks (4096 elements) and o (4352) in one arena, overlapping by 128 elements: with
+      // o placed in k's own buffer its tail would reach whatever the heap put next (q, at times).
+      {"o_overlaps_blocks",
+       [](PagedProblem& g) {
+         static std::vector<uint16_t> arena(31 * 2 * 64 + 17 * 4 * 64);
+         g.h.p.k.data = arena.data();
+         g.h.p.o.data = arena.data() + 31 * 2 * 64;
+       },
        "o: overlaps input k"},
       // Host memory (the cpu family): the table's contents are checked.
       {"block_out_of_range", [](PagedProblem& g) { g.table[8] = 8; },
