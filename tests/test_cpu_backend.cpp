@@ -14,6 +14,7 @@
 
 #include "attention_case.h"
 #include "common/host_dtype.h"
+#include "fp8_case.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/reference.h"
 
@@ -416,3 +417,110 @@ TEST(Cpu, SoftcapChangesLargeLogitsOnly) {
   ASSERT_NO_FATAL_FAILURE(run_cpu(c));
   for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(c.lse[i], lse[i], 1e-3f * (1 + std::abs(lse[i])));
 }
+
+// ---- FP8 (e4m3) inputs -----------------------------------------------------------------------
+
+namespace {
+
+using fa_test::Descales;
+using fa_test::Dist;
+using fa_test::Fp8Case;
+using fa_test::Fp8Shape;
+
+// Shapes over the cpu family's FP8 path: GQA 2 and MQA, causal (rows that see no key), windows,
+// padded strides, variable length with empty sequences, both output dtypes, every FP8 head dim.
+std::vector<Fp8Shape> fp8_cpu_shapes() {
+  using L = std::vector<std::pair<int, int>>;
+  const L lens = {{0, 5}, {1, 1}, {17, 33}, {113, 239}, {70, 0}, {129, 128}};
+  const fa::DType fp16 = fa::DType::fp16;
+  return {
+      {.batch = 2, .seqlen_q = 113, .seqlen_k = 203, .heads_q = 4, .heads_kv = 2, .head_dim = 64},
+      {.batch = 2, .seqlen_q = 113, .seqlen_k = 203, .heads_q = 4, .heads_kv = 2, .head_dim = 64,
+       .causal = true, .out_dtype = fp16},
+      {.batch = 3, .seqlen_q = 239, .seqlen_k = 1, .heads_q = 4, .heads_kv = 1, .head_dim = 128,
+       .causal = true},
+      {.batch = 1, .seqlen_q = 300, .seqlen_k = 255, .heads_q = 2, .heads_kv = 2, .head_dim = 256,
+       .window_left = 37, .window_right = 5, .padded = true},
+      {.heads_q = 4, .heads_kv = 2, .head_dim = 128, .q_sigma = 6.f, .padded = true, .lens = lens},
+      {.heads_q = 4, .heads_kv = 2, .head_dim = 128, .causal = true, .out_dtype = fp16,
+       .lens = lens},
+  };
+}
+
+class CpuFp8 : public ::testing::TestWithParam<size_t> {};
+
+// Guards: the cpu family computes on the dequantised inputs exactly as on 16-bit ones. With
+// descales of a few bits (Descales::exact) descale·x is exact in bf16 and fp16, so the e4m3 run
+// and a 16-bit run on the dequantised copy must agree bit for bit, o and LSE.
+TEST_P(CpuFp8, EqualsSixteenBitRunOnDequantisedInputs) {
+  Fp8Shape shape = fp8_cpu_shapes()[GetParam()];
+  shape.descales = Descales::exact;
+  Fp8Case c(shape, fa_test::test_seed());
+  const fa::Status st = fa::forward(c.params, fa::Kernel::cpu);
+  ASSERT_TRUE(st.ok()) << st.message;
+  std::vector<uint16_t> q16, k16, v16, o16;
+  std::vector<float> lse16;
+  const fa::ForwardParams p16 = c.dequantised(shape.out_dtype, q16, k16, v16, o16, lse16);
+  const fa::Status st16 = fa::forward(p16, fa::Kernel::cpu);
+  ASSERT_TRUE(st16.ok()) << st16.message;
+  EXPECT_EQ(c.o, o16) << fa_test::fp8_name(c.shape);
+  EXPECT_EQ(std::memcmp(c.lse.data(), lse16.data(), lse16.size() * sizeof(float)), 0)
+      << fa_test::fp8_name(c.shape);
+  EXPECT_EQ(c.stray_writes(c.o), 0);
+}
+
+// Guards: with arbitrary descales in [0.5, 2] (and without any) the cpu family passes the FP8
+// oracle on every sequence, LSE included, and writes nothing outside o.
+TEST_P(CpuFp8, PassesTheFp8Oracle) {
+  for (Descales d : {Descales::random, Descales::none}) {
+    Fp8Shape shape = fp8_cpu_shapes()[GetParam()];
+    shape.descales = d;
+    Fp8Case c(shape, fa_test::test_seed(d == Descales::none));
+    const fa::Status st = fa::forward(c.params, fa::Kernel::cpu);
+    ASSERT_TRUE(st.ok()) << st.message;
+    c.expect_oracle(c.params, fa_test::fp8_name(c.shape));
+    EXPECT_EQ(c.stray_writes(c.o), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuFp8, ::testing::Range<size_t>(0, fp8_cpu_shapes().size()),
+                         [](const auto& info) {
+                           return fa_test::fp8_name(fp8_cpu_shapes()[info.param]);
+                         });
+
+// Guards: the oracle's outlier inputs (N(0,1) + N(0,100)·Bernoulli(0.001)) through the cpu family.
+TEST(CpuFp8Oracle, OutlierInputsPass) {
+  Fp8Case c({.batch = 2, .seqlen_q = 200, .seqlen_k = 1000, .heads_q = 4, .heads_kv = 2,
+             .head_dim = 128, .dist = Dist::outliers},
+            fa_test::test_seed());
+  ASSERT_TRUE(fa::forward(c.params, fa::Kernel::cpu).ok());
+  c.expect_oracle(c.params, fa_test::fp8_name(c.shape));
+}
+
+// Guards the oracle itself: an output computed without one of the descales (or with q's and v's
+// swapped) fails it, so a kernel that drops or misplaces a descale cannot pass.
+TEST(CpuFp8Oracle, CatchesAMissingOrMisplacedDescale) {
+  Fp8Case c({.batch = 2, .seqlen_q = 65, .seqlen_k = 130, .heads_q = 4, .heads_kv = 2,
+             .head_dim = 64},
+            fa_test::test_seed());
+  // Descales far from 1 and from each other, so that each mistake moves the output.
+  c.q_descale = {0.5f, 2.f, 1.75f, 0.625f};
+  c.k_descale = {1.875f, 0.5f, 0.75f, 2.f};
+  c.v_descale = {2.f, 0.625f, 0.5f, 1.5f};
+  c.params.q_descale = c.q_descale.data();
+  c.params.k_descale = c.k_descale.data();
+  c.params.v_descale = c.v_descale.data();
+  for (int wrong = 0; wrong < 4; ++wrong) {
+    SCOPED_TRACE("case " + std::to_string(wrong));
+    fa::ForwardParams run = c.params;
+    if (wrong == 0) run.q_descale = nullptr;
+    if (wrong == 1) run.k_descale = nullptr;
+    if (wrong == 2) run.v_descale = nullptr;
+    if (wrong == 3) std::swap(run.q_descale, run.v_descale);
+    c.poison();
+    ASSERT_TRUE(fa::forward(run, fa::Kernel::cpu).ok());
+    EXPECT_FALSE(ref::check(c.params).ok);
+  }
+}
+
+}  // namespace

@@ -12,6 +12,7 @@
 #include "attention_case.h"
 #include "common/host_dtype.h"
 #include "flashattn/reference.h"
+#include "fp8_case.h"
 
 namespace {
 
@@ -637,3 +638,145 @@ TEST(Reference, SinksJoinTheDenominatorOnly) {
     }
   }
 }
+
+// ---- FP8 (e4m3) inputs --------------------------------------------------------------------
+
+namespace {
+
+using fa_test::Fp8Case;
+
+// Guards: the fp64 reference of FP8 inputs is the fp64 attention of the dequantised inputs,
+// descale·x with the (batch, KV head) descale of each query head's KV head (GQA 2 here).
+TEST(Fp8Reference, Fp64IsAttentionOfTheDequantisedInputs) {
+  Fp8Case c({.batch = 2, .seqlen_q = 33, .seqlen_k = 47, .heads_q = 4, .heads_kv = 2,
+             .head_dim = 64, .causal = true, .descales = fa_test::Descales::exact},
+            fa_test::test_seed());
+  std::vector<uint16_t> q16, k16, v16, o16;
+  std::vector<float> lse16;
+  const fa::ForwardParams p16 = c.dequantised(fa::DType::bf16, q16, k16, v16, o16, lse16);
+  const size_t n = size_t(2) * 33 * 4 * 64, rows = size_t(2) * 4 * 33;
+  std::vector<double> out8(n), out16(n), lse8(rows), lse16d(rows);
+  ref::forward(c.params, Precision::fp64, out8.data(), lse8.data());
+  ref::forward(p16, Precision::fp64, out16.data(), lse16d.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(out8[i], out16[i], 1e-12) << i;
+  for (size_t i = 0; i < rows; ++i) ASSERT_NEAR(lse8[i], lse16d[i], 1e-12) << i;
+}
+
+// Guards: the FP8 pt rounds P to e4m3 (after the 2^8 offset) before P·V, the step that makes its
+// error several times bf16's, and writes o in out_dtype; the LSE stays fp32 (tiny error).
+TEST(Fp8Reference, EmulateRoundsPToE4m3) {
+  for (fa::DType out : {fa::DType::bf16, fa::DType::fp16}) {
+    SCOPED_TRACE(fa::dtype_name(out));
+    Fp8Case c({.seqlen_q = 64, .seqlen_k = 300, .heads_q = 2, .heads_kv = 2, .head_dim = 64,
+               .out_dtype = out, .descales = fa_test::Descales::exact},
+              fa_test::test_seed());
+    std::vector<uint16_t> q16, k16, v16, o16;
+    std::vector<float> lse16;
+    const fa::ForwardParams p16 = c.dequantised(fa::DType::bf16, q16, k16, v16, o16, lse16);
+    const size_t n = size_t(64) * 2 * 64;
+    std::vector<double> exact(n), pt8(n), pt16(n), lse_exact(128), lse8(128);
+    ref::forward(c.params, Precision::fp64, exact.data(), lse_exact.data());
+    ref::forward(c.params, Precision::emulate, pt8.data(), lse8.data());
+    ref::forward(p16, Precision::emulate, pt16.data(), nullptr);
+    double err8 = 0, err16 = 0, lse_err = 0;
+    for (size_t i = 0; i < n; ++i) {
+      err8 = std::max(err8, std::abs(pt8[i] - exact[i]));
+      err16 = std::max(err16, std::abs(pt16[i] - exact[i]));
+      ASSERT_EQ(pt8[i], fa::round_to(static_cast<float>(pt8[i]), out));  // values of out_dtype
+    }
+    for (size_t i = 0; i < 128; ++i) lse_err = std::max(lse_err, std::abs(lse8[i] - lse_exact[i]));
+    EXPECT_GT(err8, 2 * err16);  // e4m3's 3 mantissa bits for P against bf16's 7
+    EXPECT_LT(err8, 0.2);        // seen up to 0.09 (values up to ~8: v up to ~4, descales to 2)
+    EXPECT_LT(lse_err, 1e-4);
+  }
+}
+
+// Guards: the 2^8 offset. Two keys with logits 0 and -8 (P = 1 and e^-8 = 3.4e-4, below e4m3's
+// smallest normal 2^-6, so without the offset P would round to a subnormal step of 2^-9 (0 or
+// 2^-9)), V = (0, 1): pt is round(round_e4m3(256·e^-8) / (256·(1 + e^-8))).
+TEST(Fp8Reference, EmulateOffsetsPBeforeRounding) {
+  Fp8Case c({.seqlen_q = 1, .seqlen_k = 2, .heads_q = 1, .heads_kv = 1, .head_dim = 16,
+             .descales = fa_test::Descales::none},
+            0);
+  std::fill(c.q.begin(), c.q.end(), 0);
+  std::fill(c.k.begin(), c.k.end(), 0);
+  std::fill(c.v.begin(), c.v.end(), 0);
+  c.params.softmax_scale = 1.f;
+  c.q[0] = fa::float_to_e4m3(1.f);
+  c.k[16] = fa::float_to_e4m3(-8.f);  // key 1: logit -8; key 0: logit 0
+  c.v[16] = fa::float_to_e4m3(1.f);   // value 1 of key 1, column 0
+  const float p1 = std::exp2(-8.f * 1.4426950408889634f);
+  // The emulation's arithmetic: o = acc · (1 / (sum · 256)).
+  const float inv = 1.f / ((1.f + p1) * 256.f);
+  const float want = fa::round_to(fa::round_to(256.f * p1, fa::DType::e4m3) * inv, fa::DType::bf16);
+  ASSERT_NE(want, 0.f);
+  ASSERT_EQ(fa::round_to(p1, fa::DType::e4m3), 0.f);  // without the offset P would vanish
+  EXPECT_EQ(row_of(c.params, Precision::emulate, 0, 0, 0).out[0], want);
+}
+
+// Guards: per-(batch, KV head) quantisation: descale = amax / 448 over the heads that share it
+// (a query head group for q), every value within half an e4m3 step of descale·e4m3, the largest
+// exactly ±448·descale.
+TEST(Fp8Inputs, QuantizePerHeadUsesTheGroupAmax) {
+  const int batch = 2, seqlen = 37, heads = 6, dim = 64, group = 3;
+  std::vector<uint16_t> x(size_t(batch) * seqlen * heads * dim);
+  ref::fill_normal(x.data(), std::ssize(x), fa::DType::bf16, fa_test::test_seed(), 2.f);
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> descale(size_t(batch) * heads / group);
+  ref::quantize_e4m3_per_head(fa::DType::bf16, x.data(), batch, seqlen, heads, dim, group,
+                              q.data(), descale.data());
+  for (int b = 0; b < batch; ++b) {
+    for (int g = 0; g < heads / group; ++g) {
+      float amax = 0.f;
+      int64_t at_max = 0;
+      for (int s = 0; s < seqlen; ++s)
+        for (int h = g * group; h < (g + 1) * group; ++h)
+          for (int i = 0; i < dim; ++i) {
+            const int64_t e = ((int64_t(b) * seqlen + s) * heads + h) * dim + i;
+            const float v = fa::load_as_float(x.data(), e, fa::DType::bf16);
+            if (std::abs(v) > amax) amax = std::abs(v), at_max = e;
+          }
+      const float d = descale[size_t(b) * (heads / group) + g];
+      ASSERT_EQ(d, amax / 448.f);
+      EXPECT_EQ(std::abs(fa::e4m3_to_float(q[at_max])), 448.f);
+      for (int s = 0; s < seqlen; ++s)
+        for (int h = g * group; h < (g + 1) * group; ++h)
+          for (int i = 0; i < dim; ++i) {
+            const int64_t e = ((int64_t(b) * seqlen + s) * heads + h) * dim + i;
+            const float v = fa::load_as_float(x.data(), e, fa::DType::bf16);
+            ASSERT_EQ(q[e], fa::quantize_e4m3(v, d)) << e;
+            // Half a step: 2^-4 relative for normals, 2^-10 (·descale) in the subnormals.
+            const double err = std::abs(double(d) * fa::e4m3_to_float(q[e]) - v);
+            ASSERT_LE(err, std::max(std::abs(v) / 16.0, d * 0x1p-10) * (1 + 1e-6)) << e;
+          }
+    }
+  }
+}
+
+// Guards: FlashAttention-3's outlier distribution: N(0, 1) plus, for about one value in a thousand,
+// N(0, 100); seeded, never zero, in every dtype the tests use.
+TEST(Fp8Inputs, OutlierDistribution) {
+  const uint64_t seed = fa_test::test_seed();
+  const int64_t n = 1 << 20;
+  std::vector<uint16_t> a(n), b(n);
+  ref::fill_outliers(a.data(), n, fa::DType::bf16, seed);
+  ref::fill_outliers(b.data(), n, fa::DType::bf16, seed);
+  EXPECT_EQ(a, b);
+  int64_t beyond5 = 0;
+  double sum2 = 0;
+  for (uint16_t h : a) {
+    const double x = fa::bf16_to_float(h);
+    ASSERT_NE(x, 0.0);
+    beyond5 += std::abs(x) > 5;
+    sum2 += x * x;
+  }
+  // P(|x| > 5) = 0.001 · P(|N(0, 101)| > 5) ~ 6.2e-4 (N(0,1) alone: 6e-7): ~650 of 2^20.
+  EXPECT_GT(beyond5, 400);
+  EXPECT_LT(beyond5, 950);
+  EXPECT_NEAR(sum2 / n, 1.1, 0.05);  // variance 1 + 0.001 · 100
+  std::vector<uint8_t> e(4096);
+  ref::fill_outliers(e.data(), std::ssize(e), fa::DType::e4m3, seed, 0.01f);
+  for (uint8_t x : e) ASSERT_NE(fa::e4m3_to_float(x), 0.f);
+}
+
+}  // namespace

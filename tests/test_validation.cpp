@@ -79,11 +79,29 @@ const std::vector<Rule>& rules() {
        "o.data: must not be null"},
       {"bad_dtype", [](HostProblem& h) { h.p.dtype = static_cast<fa::DType>(7); },
        C::invalid_argument, "dtype: must be bf16 or fp16"},
-      // FP8 is a dtype of the API that no kernel runs yet.
-      {"e4m3_no_kernel", [](HostProblem& h) { h.p.dtype = fa::DType::e4m3; }, C::unsupported,
-       "dtype: e4m3 has no kernel in this build (FP8 forward is planned)"},
+      // e5m2 is a dtype of the API that no kernel runs (FP8 inputs are e4m3).
       {"e5m2_no_kernel", [](HostProblem& h) { h.p.dtype = fa::DType::e5m2; }, C::unsupported,
-       "dtype: e5m2 has no kernel in this build"},
+       "dtype: e5m2 has no kernel in this build (FP8 inputs run as e4m3)"},
+      // Descales are FP8 arguments: with 16-bit inputs they are a mistake, not ignored.
+      {"q_descale_with_bf16",
+       [](HostProblem& h) {
+         static const float d[4] = {1, 1, 1, 1};
+         h.p.q_descale = d;
+       },
+       C::invalid_argument, "q_descale: only with FP8 inputs (dtype e4m3), got dtype bf16"},
+      {"k_descale_with_fp16",
+       [](HostProblem& h) {
+         static const float d[4] = {1, 1, 1, 1};
+         h.p.dtype = fa::DType::fp16;
+         h.p.k_descale = d;
+       },
+       C::invalid_argument, "k_descale: only with FP8 inputs (dtype e4m3), got dtype fp16"},
+      {"v_descale_with_bf16",
+       [](HostProblem& h) {
+         static const float d[4] = {1, 1, 1, 1};
+         h.p.v_descale = d;
+       },
+       C::invalid_argument, "v_descale: only with FP8 inputs (dtype e4m3), got dtype bf16"},
       {"batch_zero", [](HostProblem& h) { h.p.batch = 0; }, C::invalid_argument,
        "batch: must be positive"},
       {"heads_q_zero", [](HostProblem& h) { h.p.heads_q = 0; }, C::invalid_argument,
@@ -378,8 +396,9 @@ TEST(Validation, SoftcapOnlyWhereSupported) {
   h.p.softcap = 30.f;
   EXPECT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok());
   for (fa::Kernel k : fa::kAllKernels) {
+    // k7 runs e4m3 only, which refuses softcap for every family (Fp8ValidationRule).
     if (k == fa::Kernel::cpu || k == fa::Kernel::fa2 || k == fa::Kernel::k6 ||
-        k == fa::Kernel::automatic || !fa::kernel_is_built(k)) {
+        k == fa::Kernel::k7 || k == fa::Kernel::automatic || !fa::kernel_is_built(k)) {
       continue;
     }
     const fa::Status s = fa::can_implement(h.p, k);
@@ -397,18 +416,216 @@ TEST(Validation, SoftcapOnlyWhereSupported) {
   }
 }
 
-// FP8 is refused for every kernel, auto included, and before any rule of the kernel's own.
-TEST(Validation, Fp8IsUnsupportedOnEveryKernel) {
+// e5m2 is refused for every kernel, auto included, and before any rule of the kernel's own.
+TEST(Validation, E5m2IsUnsupportedOnEveryKernel) {
   HostProblem h;
-  h.p.dtype = fa::DType::e4m3;
+  h.p.dtype = fa::DType::e5m2;
   for (fa::Kernel k : fa::kAllKernels) {
     const fa::Status s = fa::can_implement(h.p, k);
     EXPECT_EQ(s.code, fa::StatusCode::unsupported) << fa::kernel_name(k) << ": " << s.message;
-    EXPECT_EQ(s.message, "dtype: e4m3 has no kernel in this build (FP8 forward is planned)");
+    EXPECT_EQ(s.message, "dtype: e5m2 has no kernel in this build (FP8 inputs run as e4m3)");
   }
   EXPECT_EQ(fa::select_kernel(h.p), fa::Kernel::cpu);  // host memory: the family, refused above
   h.p.batch = 0;  // a broken rule is reported before the missing kernel
   EXPECT_EQ(fa::can_implement(h.p, fa::Kernel::cpu).code, fa::StatusCode::invalid_argument);
+}
+
+// ---- FP8 (e4m3) inputs ---------------------------------------------------------------------
+// HostProblem's shape with e4m3 q, k, v (in its 16-bit buffers, which hold twice the bytes), o in
+// bf16 and host descales of (batch 2, heads_kv 2).
+struct Fp8Problem {
+  HostProblem h;
+  std::vector<float> q_descale{0.5f, 1.25f, 2.f, 0.75f}, k_descale{1.f, 0.625f, 1.5f, 2.f},
+      v_descale{1.75f, 1.f, 0.5f, 1.125f};
+
+  Fp8Problem() {
+    fa::ForwardParams& p = h.p;
+    p.dtype = fa::DType::e4m3;
+    p.out_dtype = fa::DType::bf16;
+    fa::reference::fill_normal(h.q.data(), std::ssize(h.q), p.dtype, 11);
+    fa::reference::fill_normal(h.k.data(), std::ssize(h.k), p.dtype, 12);
+    fa::reference::fill_normal(h.v.data(), std::ssize(h.v), p.dtype, 13);
+    p.q_descale = q_descale.data();
+    p.k_descale = k_descale.data();
+    p.v_descale = v_descale.data();
+  }
+};
+
+struct Fp8Rule {
+  const char* name;
+  std::function<void(Fp8Problem&)> mutate;
+  fa::StatusCode code;
+  const char* says;
+};
+
+const std::vector<Fp8Rule>& fp8_rules() {
+  using C = fa::StatusCode;
+  static const std::vector<Fp8Rule> r = {
+      {"out_dtype_e4m3", [](Fp8Problem& g) { g.h.p.out_dtype = fa::DType::e4m3; },
+       C::invalid_argument,
+       "out_dtype: must be bf16 or fp16 with FP8 inputs (o's element type), got e4m3"},
+      {"out_dtype_unknown", [](Fp8Problem& g) { g.h.p.out_dtype = static_cast<fa::DType>(9); },
+       C::invalid_argument, "out_dtype: must be bf16 or fp16 with FP8 inputs"},
+      // 16-byte vectors (and TMA's 16-byte strides) are 16 elements of e4m3.
+      {"e4m3_stride_8", [](Fp8Problem& g) { g.h.p.q.stride[1] = 4 * 64 + 8; },
+       C::invalid_argument, "q.stride[1]: must be a multiple of 16 elements (16 bytes), got 264"},
+      {"e4m3_k_head_stride", [](Fp8Problem& g) { g.h.p.k.stride[2] = 64 + 8; },
+       C::invalid_argument, "k.stride[2]: must be a multiple of 16 elements (16 bytes), got 72"},
+      // o is out_dtype (2 bytes): its vectors are 8 elements.
+      {"o_stride_in_out_dtype", [](Fp8Problem& g) { g.h.p.o.stride[1] = 4 * 64 + 4; },
+       C::invalid_argument, "o.stride[1]: must be a multiple of 8 elements (16 bytes), got 260"},
+      // o's bytes are out_dtype's: an o ending one bf16 row before v no longer overlaps it when
+      // counted in bytes of e4m3, and does when counted in bf16.
+      {"o_extent_in_out_dtype",
+       [](Fp8Problem& g) {
+         // v starts right after o's extent counted in e4m3 bytes, inside its bf16 extent (the
+         // o buffer holds both; a refused call reads and writes nothing).
+         const int64_t o_bytes_e4m3 = int64_t{2} * 17 * 4 * 64;
+         g.h.p.v.data = reinterpret_cast<char*>(g.h.o.data()) + o_bytes_e4m3;
+       },
+       C::invalid_argument, "o: overlaps input v"},
+      {"q_descale_misaligned",
+       [](Fp8Problem& g) {
+         g.h.p.q_descale = reinterpret_cast<const float*>(
+             reinterpret_cast<const char*>(g.q_descale.data()) + 2);
+       },
+       C::invalid_argument,
+       "q_descale: must be a 4-byte aligned fp32 array of batch * heads_kv descales"},
+      {"v_descale_misaligned",
+       [](Fp8Problem& g) {
+         g.h.p.v_descale = reinterpret_cast<const float*>(
+             reinterpret_cast<const char*>(g.v_descale.data()) + 1);
+       },
+       C::invalid_argument, "v_descale: must be a 4-byte aligned fp32 array"},
+      // Descales are inputs: no output may overlap them.
+      {"o_overlaps_k_descale",
+       [](Fp8Problem& g) { g.h.p.k_descale = reinterpret_cast<const float*>(g.h.o.data()); },
+       C::invalid_argument, "o: overlaps input k_descale"},
+      {"lse_overlaps_q_descale", [](Fp8Problem& g) { g.h.p.q_descale = g.h.lse.data() + 4; },
+       C::invalid_argument, "lse: overlaps input q_descale"},
+      // The cpu family reads host descales as given: each must be finite and > 0.
+      {"q_descale_zero", [](Fp8Problem& g) { g.q_descale[3] = 0.f; }, C::invalid_argument,
+       "q_descale[3] (batch 1, kv head 1): must be finite and > 0, got 0"},
+      {"k_descale_negative", [](Fp8Problem& g) { g.k_descale[1] = -1.f; }, C::invalid_argument,
+       "k_descale[1] (batch 0, kv head 1): must be finite and > 0, got -1"},
+      {"v_descale_nan", [](Fp8Problem& g) { g.v_descale[2] = std::nanf(""); },
+       C::invalid_argument, "v_descale[2] (batch 1, kv head 0): must be finite and > 0"},
+      {"v_descale_inf", [](Fp8Problem& g) { g.v_descale[0] = INFINITY; }, C::invalid_argument,
+       "v_descale[0] (batch 0, kv head 0): must be finite and > 0"},
+      // Valid requests no family runs with FP8 inputs.
+      {"sinks_with_e4m3",
+       [](Fp8Problem& g) {
+         static const float sinks[4] = {0, 0, 0, 0};
+         g.h.p.sinks = sinks;
+       },
+       C::unsupported, "sinks: attention sinks are not supported with FP8 inputs (dtype e4m3)"},
+      {"softcap_with_e4m3", [](Fp8Problem& g) { g.h.p.softcap = 30.f; }, C::unsupported,
+       "softcap: soft-capping is not supported with FP8 inputs (dtype e4m3)"},
+      // A broken rule of the problem is reported before a dtype rule.
+      {"batch_before_fp8_rules",
+       [](Fp8Problem& g) {
+         g.h.p.batch = 0;
+         g.h.p.out_dtype = fa::DType::e4m3;
+       },
+       C::invalid_argument, "batch: must be positive"},
+  };
+  return r;
+}
+
+class Fp8ValidationRule : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(Fp8ValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
+  const Fp8Rule& rule = fp8_rules()[GetParam()];
+  Fp8Problem g;
+  const fa::Status base = fa::can_implement(g.h.p, fa::Kernel::cpu);
+  ASSERT_TRUE(base.ok()) << "the base FP8 problem must be valid: " << base.message;
+  rule.mutate(g);
+  const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::cpu);
+  EXPECT_EQ(s.code, rule.code) << rule.name << ": " << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos)
+      << rule.name << ": message was \"" << s.message << "\"";
+  const fa::Status f = fa::forward(g.h.p, fa::Kernel::cpu);
+  EXPECT_EQ(f.code, s.code);
+  EXPECT_EQ(f.message, s.message);
+  EXPECT_TRUE(g.h.output_untouched()) << rule.name << ": a refused call wrote the output";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRules, Fp8ValidationRule,
+                         ::testing::Range<size_t>(0, fp8_rules().size()),
+                         [](const auto& info) { return std::string(fp8_rules()[info.param].name); });
+
+// The base FP8 problem runs on cpu (auto picks it for host memory), writing o in out_dtype.
+TEST(Fp8Validation, BaseProblemRunsOnCpu) {
+  for (fa::DType out : {fa::DType::bf16, fa::DType::fp16}) {
+    Fp8Problem g;
+    g.h.p.out_dtype = out;
+    EXPECT_EQ(fa::select_kernel(g.h.p), fa::Kernel::cpu);
+    const fa::Status s = fa::forward(g.h.p);
+    ASSERT_TRUE(s.ok()) << s.message;
+    // Every element of o (2 * 17 * 4 * 64 of out_dtype, the whole buffer) written.
+    for (size_t i = 0; i < g.h.o.size(); ++i) ASSERT_NE(g.h.o[i], 0xFFFF) << i;
+  }
+}
+
+// Paged KV is a variable-length call through a gather of 16-bit pages: refused with FP8 inputs,
+// after the paged shape rules (which are invalid_argument) and naming block_table.
+TEST(Fp8Validation, BlockTableIsUnsupported) {
+  PagedProblem g;
+  g.h.p.dtype = fa::DType::e4m3;
+  const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::cpu);
+  EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+  EXPECT_EQ(s.message, "block_table: paged KV is not supported with FP8 inputs (dtype e4m3)");
+  g.h.p.page_size = 0;
+  EXPECT_EQ(fa::can_implement(g.h.p, fa::Kernel::cpu).code, fa::StatusCode::invalid_argument);
+}
+
+// Each family names the dtypes it runs: k7 e4m3 only, the 16-bit families bf16 and fp16. These
+// feature rules come before the memory rules, so they answer without a device.
+TEST(Fp8Validation, EachFamilyRunsItsDtypes) {
+  Fp8Problem g;
+  for (fa::Kernel k : fa::kAllKernels) {
+    if (k == fa::Kernel::automatic || k == fa::Kernel::cpu || k == fa::Kernel::k7 ||
+        !fa::kernel_is_built(k)) {
+      continue;
+    }
+    const fa::Status s = fa::can_implement(g.h.p, k);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << fa::kernel_name(k) << ": " << s.message;
+    EXPECT_EQ(s.message, "dtype: kernel " + std::string(fa::kernel_name(k)) +
+                             " runs bf16 and fp16, not e4m3 (k7 and cpu run e4m3)");
+  }
+  HostProblem h;
+  const fa::Status s = fa::can_implement(h.p, fa::Kernel::k7);
+  EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+  EXPECT_EQ(s.message, "dtype: kernel k7 runs e4m3, not bf16");
+}
+
+// k7's own limits: the FP8 head dims with head_dim_v equal, and its feature list. Without a
+// device (or with host memory) the memory rules that follow refuse it anyway.
+TEST(Fp8Validation, K7Limits) {
+  {
+    Fp8Problem g;
+    g.h.p.head_dim = 96;
+    const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::k7);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_EQ(s.message,
+              "head_dim: kernel k7 is built for head_dim 64, 128 or 256 (head_dim_v equal); got "
+              "96 / 96");
+  }
+  {
+    Fp8Problem g;
+    g.h.p.head_dim = 192;
+    g.h.p.head_dim_v = 128;
+    const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::k7);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_EQ(s.message, "head_dim_v: kernel k7 needs head_dim_v == head_dim");
+  }
+  for (int d : {64, 128, 256}) {  // the head dims pass k7's feature rules
+    Fp8Problem g;
+    g.h.p.head_dim = d;
+    const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::k7);
+    EXPECT_EQ(s.message.find("head_dim"), std::string::npos) << d << ": " << s.message;
+    EXPECT_EQ(s.message.find("dtype"), std::string::npos) << d << ": " << s.message;
+  }
 }
 
 TEST(Validation, BaseProblemRunsOnCpu) {

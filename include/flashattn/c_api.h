@@ -45,8 +45,9 @@ enum {
   FLASHATTN_C_INTERNAL_ERROR = 4    /* an exception inside the library (e.g. out of host memory) */
 };
 
-/* Element types (flashattn::DType). FP8 has no kernel in this build yet: a call with
- * FLASHATTN_C_E4M3 or FLASHATTN_C_E5M2 answers FLASHATTN_C_UNSUPPORTED. */
+/* Element types (flashattn::DType). FP8 forward is not in the C ABI yet (these params have no
+ * out_dtype or descales): a forward call with FLASHATTN_C_E4M3 or FLASHATTN_C_E5M2 answers
+ * FLASHATTN_C_UNSUPPORTED. */
 enum { FLASHATTN_C_BF16 = 0, FLASHATTN_C_FP16 = 1, FLASHATTN_C_E4M3 = 2, FLASHATTN_C_E5M2 = 3 };
 
 /* Kernel families (flashattn::Kernel); flashattn_c_kernel_from_name() maps the names. */

@@ -6,6 +6,12 @@
 //     max|out - ref| <= 2 * max|pt - ref| + atol
 // with ref the fp64 result, pt the emulated one and atol the rounding floor of the output type.
 // reference::backward and check_backward() do the same for the gradients.
+//
+// FP8 (e4m3) inputs, as FlashAttention-3 tests them: ref is the fp64 attention of the dequantised
+// inputs q_descale·q, k_descale·k, v_descale·v (ForwardParams' descales, null = 1); pt the same
+// math in bf16 (the dequantised inputs rounded to bf16, fp32 logits and sums) with P scaled by
+// kFp8POffset and rounded to e4m3 before P·V, o rounded to out_dtype; atol the rounding floor of
+// out_dtype. The LSE is compared in true units.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +23,12 @@
 namespace flashattn::reference {
 
 enum class Precision { fp64, emulate };
+
+// The FP8 `pt` scales P = exp(s - rowmax) in [0, 1] by 2^8 before rounding it to e4m3 (and the
+// row sum by the same after), as a kernel that offsets its running max by 8 (log2 units) does:
+// in [0, 256] e4m3's normal range reaches down to 2^-14, where [0, 1] would flush every P below
+// 2^-6 into e4m3's eight subnormal steps.
+inline constexpr float kFp8POffset = 256.f;
 
 // One query row of one (batch, query head). `params` points at host memory (q, k, v); o and lse
 // are not read. Writes head_dim_v values to `out` and the natural-log LSE to `lse`.
@@ -38,14 +50,16 @@ struct CheckResult {
   double max_err_pt = 0;  // max |pt - ref|
   double atol = 0;        // rounding floor of the output type
   double lse_max_err = 0, lse_max_err_pt = 0, lse_atol = 0;
+  double rmse = 0;          // sqrt(mean (out - ref)^2) over the finite checked elements
   int64_t checked = 0;      // output elements compared
   int64_t not_finite = 0;   // outputs that are NaN/inf (poison left behind, or a blow-up)
   std::string detail;       // first failure, human readable
 };
 
-// Checks a kernel's outputs. `params.q/k/v` point at host copies of the inputs; `params.o` at a
-// host copy of the output (params.dtype, params.o.stride); `params.lse` at a host copy of the LSE
-// or null to skip it. `rows` lists the rows to check; empty means every row.
+// Checks a kernel's outputs. `params.q/k/v` (and the FP8 descales) point at host copies of the
+// inputs; `params.o` at a host copy of the output (params.dtype, or out_dtype for FP8 inputs;
+// params.o.stride); `params.lse` at a host copy of the LSE or null to skip it. `rows` lists the
+// rows to check; empty means every row.
 CheckResult check(const ForwardParams& params, const std::vector<RowId>& rows = {});
 
 // Up to `count` rows drawn evenly (always including the first and last row of each sequence and
@@ -118,7 +132,23 @@ void rotary_tables(DType dtype, int seqlen_ro, int rotary_dim, double theta, voi
 void quantize_e4m3(DType dtype, const void* in, int64_t n, float scale, uint8_t* out);
 void dequantize_e4m3(const uint8_t* in, int64_t n, float scale, DType dtype, void* out);
 
-// n values of `dtype` drawn from N(0, sigma^2) with a seeded generator (never zeros).
+// n values of `dtype` (bf16, fp16 or e4m3) drawn from N(0, sigma^2) with a seeded generator
+// (never zeros).
 void fill_normal(void* data, int64_t n, DType dtype, uint64_t seed, float sigma = 1.0f);
+
+// FlashAttention-3's outlier distribution (its Table 3), scaled by sigma: N(0, sigma^2) +
+// N(0, 100 sigma^2)·Bernoulli(0.001), i.e. about one value in a thousand gets an extra normal of
+// ten times the standard deviation. n values of `dtype` (e4m3 saturates at ±448), seeded, never 0.
+void fill_outliers(void* data, int64_t n, DType dtype, uint64_t seed, float sigma = 1.0f);
+
+// FP8 inputs from 16-bit data, the way a user quantises per (batch, KV head): `in` is a dense
+// (batch, seqlen, heads, dim) tensor of `dtype` (bf16/fp16); every `heads_per_descale`
+// consecutive heads (the query heads of one KV head for q, 1 for k and v) share one descale =
+// amax / 448 over their (seqlen, heads_per_descale, dim) values (1 where all are 0), and
+// out = satfinite_rne(x / descale) in e4m3 (host_dtype.h's quantize_e4m3), so that descale·out
+// approximates x. descales: (batch, heads / heads_per_descale) fp32, the layout of
+// ForwardParams::q_descale etc.
+void quantize_e4m3_per_head(DType dtype, const void* in, int batch, int64_t seqlen, int heads,
+                            int dim, int heads_per_descale, uint8_t* out, float* descales);
 
 }  // namespace flashattn::reference

@@ -7,8 +7,8 @@ import torch
 
 from . import _lib
 
-# torch dtype -> the library's element type. FP8 is passed on like the others: the library
-# refuses it (no kernel in this build yet) with flashattn.UnsupportedError, naming the dtype.
+# torch dtype -> the library's element type. FP8 is passed on like the others: the C ABI
+# refuses it (no FP8 forward there yet) with flashattn.UnsupportedError, naming the dtype.
 DTYPE_CODES = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16,
                torch.float8_e4m3fn: _lib.E4M3, torch.float8_e5m2: _lib.E5M2}
 

@@ -60,7 +60,7 @@ Status check_shapes(const BackwardParams& p) {
     return invalid("dsinks: given without sinks (it is the gradient of the sink logits)");
   }
   // Valid input that no backward runs: after every invalid_argument rule.
-  if (!dtype_has_kernel(p.dtype)) {
+  if (!dtype_has_kernel(p.dtype, &backward_kernel_caps)) {
     return unsupported(std::string("dtype: ") + dtype_name(p.dtype) +
                        " has no backward in this build (the backward runs bf16 and fp16)");
   }
@@ -144,19 +144,10 @@ Status check_features(const BackwardParams& p, Kernel kernel, const KernelCaps& 
   if (dv != p.head_dim && !caps.hdim_v_differs) {
     return unsupported("head_dim_v: kernel " + k + " needs head_dim_v == head_dim");
   }
-  if (caps.head_dims != nullptr) {
-    std::string dims;
-    bool built = false;
-    for (int i = 0; i < caps.num_head_dims; ++i) {
-      built = built || (caps.head_dims[i].qk == p.head_dim && caps.head_dims[i].v == dv);
-      dims += (i == 0 ? "" : i + 1 == caps.num_head_dims ? " or " : ", ") +
-              std::to_string(caps.head_dims[i].qk);
-    }
-    if (!built) {
-      return unsupported("head_dim: kernel " + k + "'s backward is built for head_dim " + dims +
-                         " (head_dim_v equal); got " + str(p.head_dim) + " / " + str(dv) +
-                         " (fa2's backward runs every head dim)");
-    }
+  if (!runs_head_dims(caps, p.head_dim, dv)) {
+    return unsupported("head_dim: kernel " + k + "'s backward is built for head_dim " +
+                       head_dims_text(caps) + " (head_dim_v equal); got " + str(p.head_dim) +
+                       " / " + str(dv) + " (fa2's backward runs every head dim)");
   }
   return Status::success();
 }
@@ -174,7 +165,7 @@ Status can_implement(const BackwardParams& p, Kernel kernel) {
     kernel = select_kernel(p);
     if (kernel == Kernel::automatic) {
       return refusal_of_auto(
-          kBackwardGpuPreference, &backward_kernel_caps,
+          kBackwardGpuPreference, &backward_kernel_caps, p.dtype,
           [&](Kernel k) { return can_implement(p, k); }, "kernel auto: no backward is built");
     }
   }

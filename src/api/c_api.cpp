@@ -294,6 +294,14 @@ Converted convert(const flashattn_c_fwd_params* in) {
   flashattn_c_fwd_params p{};
   c.status = read_versioned(in, kV1Size, "flashattn_c_fwd_params", p);
   if (c.status.ok()) c.status = copy_fields(p, c.params);
+  // FP8 inputs need ForwardParams::out_dtype and the descales, which this struct does not carry
+  // yet: left at their defaults, o would be written as bf16 into a caller's one-byte buffer.
+  if (c.status.ok() && (c.params.dtype == DType::e4m3 || c.params.dtype == DType::e5m2)) {
+    c.status = {StatusCode::unsupported,
+                std::string("dtype: ") + dtype_name(c.params.dtype) +
+                    " has no kernel in the C ABI yet (flashattn_c_fwd_params has no out_dtype "
+                    "or descales; the C++ forward() runs e4m3)"};
+  }
   return c;
 }
 

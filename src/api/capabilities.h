@@ -3,6 +3,7 @@
 #pragma once
 
 #include <iterator>
+#include <string>
 
 #include "common/head_dims.h"
 #include "flashattn/flashattn.h"
@@ -15,6 +16,20 @@
 namespace flashattn {
 
 inline constexpr bool kLineageBuilt = FLASHATTN_LINEAGE != 0;
+
+// Element types as a set of bits (KernelCaps::dtypes): what a family runs is listed, never implied.
+constexpr unsigned dtype_bit(DType dtype) {
+  return 1u << static_cast<unsigned>(dtype);
+}
+inline constexpr unsigned k16BitDTypes = dtype_bit(DType::bf16) | dtype_bit(DType::fp16);
+inline constexpr unsigned kE4m3DTypes = dtype_bit(DType::e4m3);
+
+constexpr bool dtype_is_16bit(DType dtype) {
+  return dtype == DType::bf16 || dtype == DType::fp16;
+}
+constexpr bool dtype_is_fp8(DType dtype) {
+  return dtype == DType::e4m3 || dtype == DType::e5m2;
+}
 
 struct KernelCaps {
   bool built = false;
@@ -31,32 +46,63 @@ struct KernelCaps {
   // scale_log2 = softcap·log2(e) for kernels that apply the tanh, which would be garbage to one
   // that does not.
   bool softcap = false;
-  // The backward of a family built for some head dims only (a kHeadDims subset): the list,
-  // else null (every pair).
+  bool paged = true;             // ForwardParams::block_table (through the gather)
+  // The element types of q, k and v it runs (dtype_bit()s; o is that type, or out_dtype for FP8).
+  unsigned dtypes = 0;
+  // A family built for some head dims only (a kHeadDims subset): the list, else null (every
+  // pair the library accepts).
   const HeadDims* head_dims = nullptr;
   int num_head_dims = 0;
 };
 
+constexpr bool runs_dtype(const KernelCaps& caps, DType dtype) {
+  return (caps.dtypes & dtype_bit(dtype)) != 0;
+}
+constexpr bool runs_head_dims(const KernelCaps& caps, int qk, int v) {
+  if (caps.head_dims == nullptr) return true;
+  for (int i = 0; i < caps.num_head_dims; ++i) {
+    if (caps.head_dims[i].qk == qk && caps.head_dims[i].v == v) return true;
+  }
+  return false;
+}
+// "64, 128 or 256": the head_dim values of caps.head_dims, for messages.
+inline std::string head_dims_text(const KernelCaps& caps) {
+  std::string out;
+  for (int i = 0; i < caps.num_head_dims; ++i) {
+    if (i > 0) out += i + 1 == caps.num_head_dims ? " or " : ", ";
+    out += std::to_string(caps.head_dims[i].qk);
+  }
+  return out;
+}
+
 constexpr KernelCaps kernel_caps(Kernel kernel) {
   switch (kernel) {
+    // The reference path of every dtype the library runs: FP8 inputs are dequantised on load.
     case Kernel::cpu:
       return {.built = true, .host = true, .varlen = true, .hdim_v_differs = true, .sinks = true,
-              .softcap = true};
+              .softcap = true, .dtypes = k16BitDTypes | kE4m3DTypes};
     case Kernel::k1:
     case Kernel::k2:
-      return {.built = kLineageBuilt, .min_cc = 80, .hdim_v_differs = true};
+      return {.built = kLineageBuilt, .min_cc = 80, .hdim_v_differs = true,
+              .dtypes = k16BitDTypes};
     case Kernel::fa2:
       return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true,
-              .softcap = true};
+              .softcap = true, .dtypes = k16BitDTypes};
     // Hopper (sm_90a only): K3, K4 and K5 are steps of the story, built for head dim 128.
     case Kernel::k3:
     case Kernel::k4:
     case Kernel::k5:
       return {.built = kLineageBuilt, .min_cc = 90, .max_cc_major = 9, .varlen = true,
-              .only_head_dim = 128, .tma = true};
+              .only_head_dim = 128, .tma = true, .dtypes = k16BitDTypes};
     case Kernel::k6:
       return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true,
-              .hdim_v_differs = true, .tma = true, .sinks = true, .softcap = true};
+              .hdim_v_differs = true, .tma = true, .sinks = true, .softcap = true,
+              .dtypes = k16BitDTypes};
+    // K6's schedule with the FP8 mainloop: e4m3 q, k, v (o bf16 or fp16), kFp8HeadDims.
+    case Kernel::k7:
+      return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true, .tma = true,
+              .paged = false, .dtypes = kE4m3DTypes, .head_dims = kFp8HeadDims,
+              .num_head_dims = static_cast<int>(std::size(kFp8HeadDims))};
     default:
       return {};
   }
@@ -68,14 +114,15 @@ constexpr KernelCaps backward_kernel_caps(Kernel kernel) {
   switch (kernel) {
     case Kernel::cpu:
       return {.built = true, .host = true, .varlen = true, .hdim_v_differs = true, .sinks = true,
-              .softcap = true};
+              .softcap = true, .dtypes = k16BitDTypes};
     case Kernel::fa2:
       return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true,
-              .softcap = true};
+              .softcap = true, .dtypes = k16BitDTypes};
     // Hopper (sm_90a): the wgmma backward, head dims 64 and 128 (kBwdSm90HeadDims).
     case Kernel::k6:
       return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true, .tma = true,
-              .sinks = true, .softcap = true, .head_dims = kBwdSm90HeadDims,
+              .sinks = true, .softcap = true, .dtypes = k16BitDTypes,
+              .head_dims = kBwdSm90HeadDims,
               .num_head_dims = static_cast<int>(std::size(kBwdSm90HeadDims))};
     default:
       return {};
@@ -85,18 +132,21 @@ constexpr KernelCaps backward_kernel_caps(Kernel kernel) {
 // GPU families with a backward, fastest first: the first the device supports is `auto`'s.
 inline constexpr Kernel kBackwardGpuPreference[] = {Kernel::k6, Kernel::fa2};
 
-// Element types some kernel of this build runs. e4m3 and e5m2 are dtypes of the API and the C ABI
-// that no kernel runs yet: can_implement answers `unsupported` for them (FP8 forward will be a
-// mainloop of the Hopper family).
-constexpr bool dtype_has_kernel(DType dtype) {
-  return dtype == DType::bf16 || dtype == DType::fp16;
-}
-constexpr bool dtype_is_fp8(DType dtype) {
-  return dtype == DType::e4m3 || dtype == DType::e5m2;
+// A capability table: kernel_caps or backward_kernel_caps.
+using CapsOf = KernelCaps (*)(Kernel);
+
+// Whether some built family of `caps` runs `dtype`. A dtype none runs (e5m2; e4m3 for the
+// backward) is refused as `unsupported` before any family's own rules.
+constexpr bool dtype_has_kernel(DType dtype, CapsOf caps) {
+  for (Kernel k : kAllKernels) {
+    if (caps(k).built && runs_dtype(caps(k), dtype)) return true;
+  }
+  return false;
 }
 
-// GPU families from fastest to slowest: the first built one the device supports is `auto`.
-inline constexpr Kernel kGpuPreference[] = {Kernel::k6, Kernel::k5, Kernel::k4, Kernel::k3,
-                                            Kernel::fa2, Kernel::k2, Kernel::k1};
+// GPU families from fastest to slowest: the first built one the device supports (and that runs
+// the dtype) is `auto`. k7 runs e4m3 only and the others 16-bit types only, so they never compete.
+inline constexpr Kernel kGpuPreference[] = {Kernel::k7, Kernel::k6, Kernel::k5, Kernel::k4,
+                                            Kernel::k3, Kernel::fa2, Kernel::k2, Kernel::k1};
 
 }  // namespace flashattn

@@ -205,7 +205,7 @@ Status check_decode_shapes(const DecodeParams& p) {
     return invalid(std::string("dtype: must be bf16 or fp16 (q, o, k_new, v_new), got ") +
                    dtype_name(p.dtype) + "; an FP8 KV cache is cache_dtype = e4m3");
   }
-  if (!dtype_has_kernel(p.dtype)) return invalid("dtype: must be bf16 or fp16");
+  if (!dtype_is_16bit(p.dtype)) return invalid("dtype: must be bf16 or fp16");
   if (Status s = check_cache_dtype(p); !s.ok()) return s;
   const std::pair<const char*, int> positive[] = {{"batch", p.batch},
                                                   {"heads_q", p.heads_q},

@@ -9,8 +9,6 @@
 
 namespace flashattn {
 
-using CapsOf = KernelCaps (*)(Kernel);
-
 // auto's family: the cpu family for host memory (q's location decides); for device memory the
 // first built family of `preference` (fastest first) that `accepts`; Kernel::automatic if none.
 template <class Accepts>
@@ -26,13 +24,14 @@ Kernel select_family(const void* q, std::span<const Kernel> preference, CapsOf c
   return Kernel::automatic;
 }
 
-// can_implement(auto) when select_family found none: why the most capable built candidate
-// refuses (`check(kernel)`), or `none_built` when no family of `preference` is built.
+// can_implement(auto) when select_family found none: why the most capable built candidate that
+// runs `dtype` refuses (`check(kernel)`; a family of another dtype would only name the dtype), or
+// `none_built` when no such family of `preference` is built.
 template <class Check>
-Status refusal_of_auto(std::span<const Kernel> preference, CapsOf caps, Check&& check,
-                       const char* none_built) {
+Status refusal_of_auto(std::span<const Kernel> preference, CapsOf caps, DType dtype,
+                       Check&& check, const char* none_built) {
   for (Kernel k : preference) {
-    if (caps(k).built) return check(k);
+    if (caps(k).built && runs_dtype(caps(k), dtype)) return check(k);
   }
   return {StatusCode::unsupported, none_built};
 }

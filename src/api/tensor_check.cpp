@@ -35,12 +35,16 @@ TensorArg lse_arg(const float* lse, int64_t batch, int64_t heads, int64_t seqlen
   return {"lse", lse, {heads * seqlen, seqlen, 1, 1}, {batch, heads, seqlen, 1}, 4};
 }
 
+TensorArg fp32_array_arg(const char* name, const float* data, int64_t n) {
+  return {name, data, {n, n, 1, 1}, {1, 1, n, 1}, 4};
+}
+
 TensorArg sinks_arg(const float* sinks, int64_t heads_q) {
-  return {"sinks", sinks, {heads_q, heads_q, 1, 1}, {1, 1, heads_q, 1}, 4};
+  return fp32_array_arg("sinks", sinks, heads_q);
 }
 
 TensorArg dsinks_arg(const float* dsinks, int64_t heads_q) {
-  return {"dsinks", dsinks, {heads_q, heads_q, 1, 1}, {1, 1, heads_q, 1}, 4};
+  return fp32_array_arg("dsinks", dsinks, heads_q);
 }
 
 Status check_sinks_pointer(const float* sinks) {

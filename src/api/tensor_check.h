@@ -39,6 +39,8 @@ TensorArg tensor_arg(const char* name, const Ref& t, const std::array<int64_t, 4
 
 // The dense fp32 LSE, (batch, heads, seqlen) row-major.
 TensorArg lse_arg(const float* lse, int64_t batch, int64_t heads, int64_t seqlen);
+// A dense fp32 array of n values (attention sinks, FP8 descales) as one (1, 1, n, 1) tensor.
+TensorArg fp32_array_arg(const char* name, const float* data, int64_t n);
 // The attention sinks, fp32 (heads_q,), as an input whose bytes outputs must not overlap.
 TensorArg sinks_arg(const float* sinks, int64_t heads_q);
 // The gradient of the sinks, fp32 (heads_q,), an output of the backward.

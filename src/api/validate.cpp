@@ -4,9 +4,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "api/validate.h"
 
@@ -44,9 +46,21 @@ std::string str(int64_t x) {
   return std::to_string(x);
 }
 
+std::string num(float x) {  // shortest form: "0", "-1", "nan", "0.125"
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
+  return buf;
+}
+
+// o's element type: out_dtype for FP8 inputs, else the inputs' dtype (make_problem's rule).
+DType o_dtype(const ForwardParams& p) {
+  return dtype_is_fp8(p.dtype) ? p.out_dtype : p.dtype;
+}
+
 // q, k, v and o with their logical shapes. Packed (varlen) tensors are one batch of total
 // tokens, and their unused batch stride is not checked. With a block table, k and v are the
 // cache's blocks (num_blocks, page_size, heads_kv, dim), every stride used.
+
 std::array<TensorArg, 4> forward_tensors(const ForwardParams& p) {
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -60,7 +74,7 @@ std::array<TensorArg, 4> forward_tensors(const ForwardParams& p) {
   return {tensor_arg("q", p.q, {nb, sq, p.heads_q, p.head_dim}, p.dtype, first),
           tensor_arg("k", p.k, {kb, kr, p.heads_kv, p.head_dim}, p.dtype, k_first),
           tensor_arg("v", p.v, {kb, kr, p.heads_kv, dv}, p.dtype, k_first),
-          tensor_arg("o", p.o, {nb, sq, p.heads_q, dv}, p.dtype, first)};
+          tensor_arg("o", p.o, {nb, sq, p.heads_q, dv}, o_dtype(p), first)};
 }
 
 // The shape rules of a paged call (ForwardParams::block_table); nothing when there is no table.
@@ -94,6 +108,64 @@ Status check_paged_shapes(const ForwardParams& p) {
     return invalid("block_table: batch * min(seqlen_k, max_blocks_per_seq * page_size) = " +
                    str(paged_gather_rows(p) - kPagedTailRows) + " keys to gather, more than " +
                    str(int64_t{INT_MAX} - kPagedTailRows));
+  }
+  return Status::success();
+}
+
+// The FP8 descales: (batch, heads_kv) fp32 inputs, each optional.
+struct Descale {
+  const char* name;
+  const float* data;
+};
+std::array<Descale, 3> descales(const ForwardParams& p) {
+  return {{{"q_descale", p.q_descale}, {"k_descale", p.k_descale}, {"v_descale", p.v_descale}}};
+}
+int64_t descale_count(const ForwardParams& p) {
+  return int64_t{p.batch} * p.heads_kv;
+}
+
+// The invalid_argument rules of FP8 inputs: o's element type, and descales only with FP8.
+Status check_fp8_arguments(const ForwardParams& p) {
+  if (!dtype_is_fp8(p.dtype)) {
+    for (const Descale& d : descales(p)) {
+      if (d.data != nullptr) {
+        return invalid(std::string(d.name) + ": only with FP8 inputs (dtype e4m3), got dtype " +
+                       dtype_name(p.dtype));
+      }
+    }
+    return Status::success();
+  }
+  if (!dtype_is_16bit(p.out_dtype)) {
+    return invalid(std::string("out_dtype: must be bf16 or fp16 with FP8 inputs (o's element "
+                               "type), got ") +
+                   dtype_name(p.out_dtype));
+  }
+  return Status::success();
+}
+
+// Features no family runs with FP8 inputs (valid requests: `unsupported`).
+Status check_fp8_features(const ForwardParams& p) {
+  if (!dtype_is_fp8(p.dtype)) return Status::success();
+  const std::string with = std::string(" with FP8 inputs (dtype ") + dtype_name(p.dtype) + ")";
+  if (p.sinks != nullptr) return unsupported("sinks: attention sinks are not supported" + with);
+  if (p.softcap > 0.f) return unsupported("softcap: soft-capping is not supported" + with);
+  if (p.block_table != nullptr) {
+    return unsupported("block_table: paged KV is not supported" + with);
+  }
+  return Status::success();
+}
+
+// Host descales the cpu family multiplies by as given: each finite and > 0 (flashattn.h).
+Status check_host_descales(const ForwardParams& p) {
+  for (const Descale& d : descales(p)) {
+    if (d.data == nullptr) continue;
+    for (int64_t i = 0; i < descale_count(p); ++i) {
+      if (!std::isfinite(d.data[i]) || d.data[i] <= 0.f) {
+        return invalid(std::string(d.name) + "[" + str(i) + "] (batch " + str(i / p.heads_kv) +
+                       ", kv head " + str(i % p.heads_kv) + "): must be finite and > 0, got " +
+                       num(d.data[i]));
+      }
+    }
   }
   return Status::success();
 }
@@ -164,8 +236,9 @@ Status check_host_cu_seqlens(const std::string& n, const int32_t* cu, int batch,
 }
 
 Status check_attention_shapes(const ForwardParams& p) {
-  if (!dtype_has_kernel(p.dtype) && !dtype_is_fp8(p.dtype)) {
-    return invalid("dtype: must be bf16 or fp16");
+  if (!dtype_is_16bit(p.dtype) && !dtype_is_fp8(p.dtype)) {
+    return invalid("dtype: must be bf16 or fp16 (16-bit) or e4m3/e5m2 (FP8), got DType " +
+                   std::to_string(static_cast<int>(p.dtype)));
   }
   const std::pair<const char*, int> positive[] = {{"batch", p.batch},
                                                   {"heads_q", p.heads_q},
@@ -229,15 +302,30 @@ Status check_attention_shapes(const ForwardParams& p) {
 
 namespace {
 
+// "bf16 and fp16", "e4m3": the dtypes of a capability table's entry, for messages.
+std::string dtypes_text(unsigned dtypes) {
+  std::vector<const char*> names;
+  for (DType d : {DType::bf16, DType::fp16, DType::e4m3, DType::e5m2}) {
+    if ((dtypes & dtype_bit(d)) != 0) names.push_back(dtype_name(d));
+  }
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " and " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
 Status check_shapes(const ForwardParams& p) {
   if (Status s = check_attention_shapes(p); !s.ok()) return s;
   if (Status s = check_paged_shapes(p); !s.ok()) return s;
-  // Valid input that no kernel runs yet: after every invalid_argument rule.
-  if (!dtype_has_kernel(p.dtype)) {
+  if (Status s = check_fp8_arguments(p); !s.ok()) return s;
+  // Valid input that no kernel runs: after every invalid_argument rule.
+  if (!dtype_has_kernel(p.dtype, &kernel_caps)) {
     return unsupported(std::string("dtype: ") + dtype_name(p.dtype) +
-                       " has no kernel in this build (FP8 forward is planned)");
+                       " has no kernel in this build (FP8 inputs run as e4m3)");
   }
-  return Status::success();
+  return check_fp8_features(p);
 }
 
 Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
@@ -247,10 +335,23 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
     return invalid("lse: must be 4-byte aligned");
   }
   if (Status s = check_sinks_pointer(p.sinks); !s.ok()) return s;
+  for (const Descale& d : descales(p)) {
+    if (reinterpret_cast<uintptr_t>(d.data) % alignof(float) != 0) {
+      return invalid(std::string(d.name) +
+                     ": must be a 4-byte aligned fp32 array of batch * heads_kv descales");
+    }
+  }
   // Outputs must not alias inputs or each other: a kernel reads K/V tiles after writing O.
   const TensorArg& o = tensors[3];
   const TensorArg outputs[] = {o, lse_arg(p.lse, o.size[0], p.heads_q, o.size[1])};
-  const TensorArg inputs[] = {tensors[0], tensors[1], tensors[2], sinks_arg(p.sinks, p.heads_q)};
+  const int64_t nd = descale_count(p);
+  const TensorArg inputs[] = {tensors[0],
+                              tensors[1],
+                              tensors[2],
+                              sinks_arg(p.sinks, p.heads_q),
+                              fp32_array_arg("q_descale", p.q_descale, nd),
+                              fp32_array_arg("k_descale", p.k_descale, nd),
+                              fp32_array_arg("v_descale", p.v_descale, nd)};
   if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
 
   // Host or device memory, as the kernel needs, and a device the kernel runs on.
@@ -262,15 +363,25 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
                                    {"cu_seqlens_q", p.cu_seqlens_q},
                                    {"cu_seqlens_k", p.cu_seqlens_k},
                                    {"sinks", p.sinks},
-                                   {"block_table", p.block_table}};
+                                   {"block_table", p.block_table},
+                                   {"q_descale", p.q_descale},
+                                   {"k_descale", p.k_descale},
+                                   {"v_descale", p.v_descale}};
   const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
                         caps.max_cc_major};
   if (Status s = check_placement(where, pointers); !s.ok()) return s;
-  return caps.host ? check_host_indices(p) : Status::success();
+  if (!caps.host) return Status::success();
+  if (Status s = check_host_descales(p); !s.ok()) return s;
+  return check_host_indices(p);
 }
 
 Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& caps) {
   const std::string k = kernel_name(kernel);
+  if (!runs_dtype(caps, p.dtype)) {
+    return unsupported("dtype: kernel " + k + " runs " + dtypes_text(caps.dtypes) + ", not " +
+                       dtype_name(p.dtype) +
+                       (dtype_is_fp8(p.dtype) ? " (k7 and cpu run e4m3)" : ""));
+  }
   if (p.cu_seqlens_q != nullptr && !caps.varlen) {
     return unsupported("cu_seqlens_q: kernel " + k + " does not support variable length");
   }
@@ -288,6 +399,14 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
   if (caps.only_head_dim != 0 && (p.head_dim != caps.only_head_dim || dv != caps.only_head_dim)) {
     return unsupported("head_dim: kernel " + k + " is built for head_dim " +
                        std::to_string(caps.only_head_dim) + " only (k6 has every head dim)");
+  }
+  if (!runs_head_dims(caps, p.head_dim, dv)) {
+    return unsupported("head_dim: kernel " + k + " is built for head_dim " + head_dims_text(caps) +
+                       " (head_dim_v equal); got " + std::to_string(p.head_dim) + " / " +
+                       std::to_string(dv));
+  }
+  if (p.block_table != nullptr && !caps.paged) {
+    return unsupported("block_table: kernel " + k + " does not support paged KV");
   }
   if (caps.tma) {
     // With a block table the kernel reads the gather's dense copies of k and v, not the blocks.
@@ -311,7 +430,7 @@ Status can_implement(const ForwardParams& p, Kernel kernel) {
     kernel = select_kernel(p);
     if (kernel == Kernel::automatic) {
       return refusal_of_auto(
-          kGpuPreference, &kernel_caps, [&](Kernel k) { return can_implement(p, k); },
+          kGpuPreference, &kernel_caps, p.dtype, [&](Kernel k) { return can_implement(p, k); },
           "kernel auto: no kernel family is built");
     }
   }

@@ -1,6 +1,7 @@
-// Host-side conversions between float and the 16-bit storage types, bit-exact with the device's
-// round-to-nearest-even conversions (__float2bfloat16_rn, __float2half_rn). Used by the CPU
-// backend, the reference and the tests; no CUDA headers needed.
+// Host-side conversions between float and the storage types (bf16, fp16, e4m3), bit-exact with
+// the device's round-to-nearest-even conversions (__float2bfloat16_rn, __float2half_rn, and
+// __nv_cvt_float_to_fp8 with saturation). Used by the CPU backend, the reference and the tests;
+// no CUDA headers needed.
 #pragma once
 
 #include <cmath>
@@ -61,19 +62,6 @@ inline float fp16_to_float(uint16_t h) {
   return bits_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
 
-inline float load_as_float(const void* base, int64_t index, DType dtype) {
-  const uint16_t h = static_cast<const uint16_t*>(base)[index];
-  return dtype == DType::bf16 ? bf16_to_float(h) : fp16_to_float(h);
-}
-inline void store_from_float(void* base, int64_t index, float value, DType dtype) {
-  static_cast<uint16_t*>(base)[index] = dtype == DType::bf16 ? float_to_bf16(value) : float_to_fp16(value);
-}
-// Rounds a float to the nearest value of `dtype` (used to emulate a kernel's precision).
-inline float round_to(float value, DType dtype) {
-  return dtype == DType::bf16 ? bf16_to_float(float_to_bf16(value))
-                              : fp16_to_float(float_to_fp16(value));
-}
-
 // FP8 e4m3 (OCP E4M3FN: bias 7, 3 mantissa bits, no infinities, largest finite 448, NaN 0x7F).
 // Every e4m3 value is exact in fp32 (and in bf16 and fp16).
 inline float e4m3_to_float(uint8_t b) {
@@ -109,6 +97,30 @@ inline uint8_t float_to_e4m3(float f) {
   if (rest > 0x80000u || (rest == 0x80000u && (h & 1u))) ++h;  // carries into the exponent
   // Below 448 rounding is monotone, so h <= 0x7e (448) here.
   return static_cast<uint8_t>(sign | h);
+}
+
+// Element `index` of a tensor of `dtype` (bf16, fp16 or e4m3) as float; exact.
+inline float load_as_float(const void* base, int64_t index, DType dtype) {
+  if (dtype == DType::e4m3) return e4m3_to_float(static_cast<const uint8_t*>(base)[index]);
+  const uint16_t h = static_cast<const uint16_t*>(base)[index];
+  return dtype == DType::bf16 ? bf16_to_float(h) : fp16_to_float(h);
+}
+// Stores `value` rounded to nearest even in `dtype` (e4m3: saturating, float_to_e4m3).
+inline void store_from_float(void* base, int64_t index, float value, DType dtype) {
+  if (dtype == DType::e4m3) {
+    static_cast<uint8_t*>(base)[index] = float_to_e4m3(value);
+    return;
+  }
+  static_cast<uint16_t*>(base)[index] =
+      dtype == DType::bf16 ? float_to_bf16(value) : float_to_fp16(value);
+}
+// Rounds a float to the nearest value of `dtype` (used to emulate a kernel's precision).
+inline float round_to(float value, DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return bf16_to_float(float_to_bf16(value));
+    case DType::e4m3: return e4m3_to_float(float_to_e4m3(value));
+    default: return fp16_to_float(float_to_fp16(value));
+  }
 }
 
 // The FP8 KV cache's quantisation of one appended value (decode.h): x / scale as one fp32

@@ -37,7 +37,7 @@ struct Where {
 };
 
 struct Tally {
-  double max_err = 0, max_err_pt = 0, max_floor = 0;
+  double max_err = 0, max_err_pt = 0, max_floor = 0, sum_sq_err = 0;
   double lse_max_err = 0, lse_max_err_pt = 0, lse_max_abs = 0;
   int64_t checked = 0, not_finite = 0, lse_inf_mismatch = 0;
   Where worst;               // largest |out - ref|
@@ -66,6 +66,7 @@ struct Tally {
     }
     max_err_pt = std::max(max_err_pt, t.max_err_pt);
     max_floor = std::max(max_floor, t.max_floor);
+    sum_sq_err += t.sum_sq_err;
     lse_max_err_pt = std::max(lse_max_err_pt, t.lse_max_err_pt);
     lse_max_abs = std::max(lse_max_abs, t.lse_max_abs);
     checked += t.checked;
@@ -113,6 +114,7 @@ CheckResult check(const ForwardParams& params, const std::vector<RowId>& rows_in
   }
   const std::vector<RowId> rows = rows_in.empty() ? all_rows(params) : rows_in;
   const int dv = host::head_dim_v_of(params);
+  const DType o_type = make_problem(params).out_dtype;  // out_dtype for FP8 inputs
   const auto n = static_cast<int64_t>(rows.size());
 
   std::vector<Tally> tallies(static_cast<size_t>(host::worker_count(n)));
@@ -126,10 +128,10 @@ CheckResult check(const ForwardParams& params, const std::vector<RowId>& rows_in
 
     const int64_t base = host::offset(params.o.stride, id.batch, id.row, id.head);
     for (int c = 0; c < dv; ++c) {
-      const double got = load_as_float(params.o.data, base + c, params.dtype);
+      const double got = load_as_float(params.o.data, base + c, o_type);
       const Where w{i * (dv + 1) + c, id, c, got, ref[c]};
       ++t.checked;
-      t.max_floor = std::max(t.max_floor, rounding_floor(ref[c], params.dtype));
+      t.max_floor = std::max(t.max_floor, rounding_floor(ref[c], o_type));
       t.max_err_pt = std::max(t.max_err_pt, std::abs(pt[c] - ref[c]));
       if (!std::isfinite(got)) {
         ++t.not_finite;
@@ -137,6 +139,7 @@ CheckResult check(const ForwardParams& params, const std::vector<RowId>& rows_in
         continue;
       }
       Tally::keep_worst(t.worst, t.max_err, w, std::abs(got - ref[c]));
+      t.sum_sq_err += (got - ref[c]) * (got - ref[c]);
     }
 
     if (params.lse == nullptr) return;
@@ -167,6 +170,8 @@ CheckResult check(const ForwardParams& params, const std::vector<RowId>& rows_in
   result.atol = 2 * all.max_floor;
   result.checked = all.checked;
   result.not_finite = all.not_finite;
+  const int64_t finite = all.checked - all.not_finite;
+  result.rmse = finite > 0 ? std::sqrt(all.sum_sq_err / static_cast<double>(finite)) : 0.0;
   const double tol = 2 * result.max_err_pt + result.atol;
   const bool out_ok = result.max_err <= tol;
   bool lse_ok = true;
@@ -269,20 +274,48 @@ std::vector<RowId> sample_rows(const ForwardParams& params, int count, uint64_t 
   return rows;
 }
 
-void fill_normal(void* data, int64_t n, DType dtype, uint64_t seed, float sigma) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, sigma);
-  // Zeros would hide a kernel that skips a term, so a draw that rounds to zero becomes a small
-  // value of the same sign: sigma/1024, or the type's smallest subnormal when even that rounds
-  // to zero (a tiny sigma in fp16).
-  float tiny = round_to(sigma * 0x1p-10f, dtype);
-  if (tiny == 0.f) tiny = dtype == DType::bf16 ? bf16_to_float(1) : fp16_to_float(1);
+namespace {
+
+// Zeros would hide a kernel that skips a term, so a draw that rounds to zero becomes a small value
+// of the same sign: sigma/1024, or the type's smallest subnormal when even that rounds to zero (a
+// tiny sigma in fp16, e4m3 always).
+float nonzero_tiny(float sigma, DType dtype) {
+  const float tiny = round_to(sigma * 0x1p-10f, dtype);
+  if (tiny != 0.f) return tiny;
+  switch (dtype) {
+    case DType::bf16: return bf16_to_float(1);
+    case DType::e4m3: return e4m3_to_float(1);
+    default: return fp16_to_float(1);
+  }
+}
+
+template <class Draw>
+void fill_with(void* data, int64_t n, DType dtype, float sigma, Draw&& draw) {
+  const float tiny = nonzero_tiny(sigma, dtype);
   for (int64_t i = 0; i < n; ++i) {
-    const float x = normal(rng);
+    const float x = draw();
     float r = round_to(x, dtype);
     if (r == 0.f) r = std::signbit(x) ? -tiny : tiny;
     store_from_float(data, i, r, dtype);
   }
+}
+
+}  // namespace
+
+void fill_normal(void* data, int64_t n, DType dtype, uint64_t seed, float sigma) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, sigma);
+  fill_with(data, n, dtype, sigma, [&] { return normal(rng); });
+}
+
+void fill_outliers(void* data, int64_t n, DType dtype, uint64_t seed, float sigma) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, sigma), outlier(0.f, 10.f * sigma);
+  std::bernoulli_distribution rare(0.001);
+  fill_with(data, n, dtype, sigma, [&] {
+    const float x = normal(rng);
+    return rare(rng) ? x + outlier(rng) : x;
+  });
 }
 
 }  // namespace flashattn::reference

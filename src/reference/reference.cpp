@@ -15,24 +15,32 @@
 namespace flashattn::reference {
 namespace {
 
-// Where one (batch, query head, row) reads from.
+// Where one (batch, query head, row) reads from. FP8 inputs carry the descales of their
+// (batch, KV head); 16-bit inputs have descales of 1.
 struct RowView {
   const void* q;  // the query row
   const void* k;  // key 0 of the KV head this query head reads
   const void* v;
   int64_t k_row_stride, v_row_stride;
+  float q_descale = 1.f, k_descale = 1.f, v_descale = 1.f;
 };
+
+const void* element(const void* base, DType dtype, int64_t index) {
+  return static_cast<const char*>(base) + index * dtype_size(dtype);
+}
 
 RowView row_view(const ForwardParams& p, int batch, int head, int row) {
   const int group = p.heads_q / p.heads_kv;
   const int kv_head = head / group;
-  const auto* q =
-      static_cast<const uint16_t*>(p.q.data) + host::offset(p.q.stride, batch, row, head);
-  const auto* k =
-      static_cast<const uint16_t*>(p.k.data) + host::offset(p.k.stride, batch, 0, kv_head);
-  const auto* v =
-      static_cast<const uint16_t*>(p.v.data) + host::offset(p.v.stride, batch, 0, kv_head);
-  return {q, k, v, p.k.stride[1], p.v.stride[1]};
+  RowView rv{element(p.q.data, p.dtype, host::offset(p.q.stride, batch, row, head)),
+             element(p.k.data, p.dtype, host::offset(p.k.stride, batch, 0, kv_head)),
+             element(p.v.data, p.dtype, host::offset(p.v.stride, batch, 0, kv_head)),
+             p.k.stride[1], p.v.stride[1]};
+  const int64_t at = int64_t{batch} * p.heads_kv + kv_head;
+  if (p.q_descale != nullptr) rv.q_descale = p.q_descale[at];
+  if (p.k_descale != nullptr) rv.k_descale = p.k_descale[at];
+  if (p.v_descale != nullptr) rv.v_descale = p.v_descale[at];
+  return rv;
 }
 
 void masked_row(int dv, double* out, double* lse) {
@@ -49,8 +57,9 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
   const double softcap = p.softcap;  // soft-capping: logit = softcap·tanh(logit / softcap)
   const RowView rv = row_view(p, batch, head, row);
 
+  // FP8 inputs: exactly the dequantised values, descale·x (16-bit inputs: descales of 1).
   std::vector<double> q(static_cast<size_t>(d));
-  for (int i = 0; i < d; ++i) q[i] = load_as_float(rv.q, i, p.dtype);
+  for (int i = 0; i < d; ++i) q[i] = double{rv.q_descale} * load_as_float(rv.q, i, p.dtype);
 
   std::vector<double> logit(static_cast<size_t>(p.seqlen_k));
   double m = -std::numeric_limits<double>::infinity();
@@ -58,7 +67,7 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
     if (!mask.visible(row, j)) continue;
     double dot = 0;
     for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
-    logit[j] = dot * scale;
+    logit[j] = dot * rv.k_descale * scale;
     if (softcap > 0) logit[j] = softcap * std::tanh(logit[j] / softcap);
     m = std::max(m, logit[j]);
   }
@@ -82,31 +91,43 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
       acc[c] += w * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
   }
   if (out != nullptr)
-    for (int c = 0; c < dv; ++c) out[c] = acc[c] / sum;
+    for (int c = 0; c < dv; ++c) out[c] = acc[c] * rv.v_descale / sum;
   if (lse != nullptr) *lse = top + std::log(sum);
 }
 
 // What a kernel of the input precision computes: fp32 logits, max and sum; exp2 with
 // scale·log2(e) (with softcap: the logit t = tanh(q·k · softcap_scale) in fp32 and exp2 with
-// softcap·log2(e), Problem's convention); the unnormalised P rounded to the input type before P·V (tensor cores take P in
-// that type); fp32 accumulation; the output divided by the fp32 sum and rounded at the end.
-// Single pass with the final max, where a kernel rescales a running max: the rounding points are
-// the same, which is what the oracle's 2·|pt - ref| budget is about.
+// softcap·log2(e), Problem's convention); the unnormalised P rounded to the input type before
+// P·V (tensor cores take P in that type); fp32 accumulation; the output divided by the fp32 sum
+// and rounded at the end. Single pass with the final max, where a kernel rescales a running max:
+// the rounding points are the same, which is what the oracle's 2·|pt - ref| budget is about.
+//
+// FP8 (e4m3) inputs, FlashAttention-3's `pt`: the same math in bf16 on the dequantised inputs,
+// descale·x rounded to bf16 as FA3's test does ((x.float() * descale).to(bf16)); P scaled by
+// kFp8POffset before it is rounded to e4m3 (reference.h), the row sum of the unrounded P, and o
+// rounded to out_dtype.
 void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, int row,
                  double* out, double* lse) {
   const int d = p.head_dim, dv = host::head_dim_v_of(p);
   const Problem pr = make_problem(p);
   const RowView rv = row_view(p, batch, head, row);
+  const bool fp8 = p.dtype == DType::e4m3;
+  const DType p_type = fp8 ? DType::e4m3 : p.dtype;  // what P is rounded to before P·V
+  const float p_offset = fp8 ? kFp8POffset : 1.f;
+  auto input = [&](const void* base, int64_t i, float descale) {
+    const float x = load_as_float(base, i, p.dtype);
+    return fp8 ? round_to(descale * x, DType::bf16) : x;
+  };
 
   std::vector<float> q(static_cast<size_t>(d));
-  for (int i = 0; i < d; ++i) q[i] = load_as_float(rv.q, i, p.dtype);
+  for (int i = 0; i < d; ++i) q[i] = input(rv.q, i, rv.q_descale);
 
   std::vector<float> logit(static_cast<size_t>(p.seqlen_k));
   float m = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < p.seqlen_k; ++j) {
     if (!mask.visible(row, j)) continue;
     float dot = 0;
-    for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
+    for (int i = 0; i < d; ++i) dot += q[i] * input(rv.k, j * rv.k_row_stride + i, rv.k_descale);
     if (pr.has_softcap()) dot = std::tanh(dot * pr.softcap_scale);
     logit[j] = dot;
     m = std::max(m, dot);
@@ -124,20 +145,20 @@ void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, 
     if (!mask.visible(row, j)) continue;
     const float w = std::exp2(logit[j] * pr.scale_log2 - m_scaled);
     sum += w;
-    const float w_rounded = round_to(w, p.dtype);
+    const float w_rounded = round_to(w * p_offset, p_type);
     for (int c = 0; c < dv; ++c)
-      acc[c] += w_rounded * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
+      acc[c] += w_rounded * input(rv.v, j * rv.v_row_stride + c, rv.v_descale);
   }
   // The kernels' end of the row: without a sink O / l; with one, common/sink.h.
-  float inv = 1.f / sum;
+  float inv = 1.f / (sum * p_offset);
   double row_lse = m * (pr.has_softcap() ? pr.softcap : pr.scale) + std::log(sum);
   if (p.sinks != nullptr) {
     const SinkNorm n = normalize_with_sink(sum, m_scaled, p.sinks[head]);
-    inv = n.inv;
+    inv = n.inv / p_offset;
     row_lse = n.lse;
   }
   if (out != nullptr)
-    for (int c = 0; c < dv; ++c) out[c] = round_to(acc[c] * inv, p.dtype);
+    for (int c = 0; c < dv; ++c) out[c] = round_to(acc[c] * inv, pr.out_dtype);
   if (lse != nullptr) *lse = row_lse;
 }
 

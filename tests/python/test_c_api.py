@@ -65,14 +65,15 @@ def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
 
 def test_fp8_dtype_is_known_and_unsupported():
     # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check; forward refuses them as a dtype with no
-    # kernel; 4 is no dtype at all.
+    # kernel in the C ABI (its params have no out_dtype or descales yet); 4 is no dtype at all.
     q = ctypes.create_string_buffer(4096)
     for code, name in ((_lib.E4M3, "e4m3"), (_lib.E5M2, "e5m2")):
         p = _lib.Params(dtype=code, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1, heads_kv=1,
                         head_dim=64, q=ctypes.addressof(q), k=ctypes.addressof(q),
                         v=ctypes.addressof(q), o=ctypes.addressof(q))
         assert _lib.can_implement(p, 0) == (
-            _lib.UNSUPPORTED, f"dtype: {name} has no kernel in this build (FP8 forward is planned)")
+            _lib.UNSUPPORTED, f"dtype: {name} has no kernel in the C ABI yet "
+            "(flashattn_c_fwd_params has no out_dtype or descales; the C++ forward() runs e4m3)")
         with pytest.raises(flashattn.UnsupportedError, match=f"dtype: {name} has no kernel"):
             _lib.forward(p, _lib.kernel_id("cpu"))
     code, msg = _lib.can_implement(_lib.Params(dtype=4), 0)

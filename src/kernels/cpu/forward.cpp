@@ -3,7 +3,9 @@
 // keeping a running max m and sum l per row in fp32:
 //     S = Q·Kᵀ (Q pre-scaled by scale·log2 e),  m' = max(m, rowmax S),  P = 2^(S - m'),
 //     l = l·2^(m - m') + rowsum P,  O = O·2^(m - m') + P·V
-// and at the end writes O / l in the output type and LSE = (m + log2 l)·ln 2. With softcap, Q is
+// and at the end writes O / l in the output type and LSE = (m + log2 l)·ln 2. FP8 (e4m3) inputs
+// are dequantised on load (times their (batch, KV head) descale) and then computed exactly like
+// 16-bit ones; o is then written in out_dtype. With softcap, Q is
 // pre-scaled by softcap_scale instead and each logit becomes scale_log2·tanh(q·k·softcap_scale),
 // scale_log2 being softcap·log2(e) then (Problem's convention). Unlike a GPU
 // kernel, P stays in fp32 (there are no 16-bit tensor-core operands to feed), so this backend is
@@ -86,20 +88,31 @@ void gemm_accumulate(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ld
   }
 }
 
-// Converts `rows` rows of `dim` 16-bit values (row r at src + r * row_stride) to fp32 times
-// `scale`, into dst with leading dimension ld. Columns [dim, ld) are left as they are.
-void load_rows(const void* src, int64_t row_stride, int rows, int dim, DType dtype, float scale,
-               float* dst, ptrdiff_t ld) {
-  const auto* s = static_cast<const uint16_t*>(src);
+// Converts `rows` rows of `dim` values of `dtype` (row r at element first + r * row_stride of
+// base) to fp32 times `descale`, then times `scale`, into dst with leading dimension ld. Columns
+// [dim, ld) are left as they are. The descale multiplies first so that an e4m3 input with a
+// descale gives the same floats as its dequantised 16-bit copy (when that copy is exact).
+void load_rows(const void* base, int64_t first, int64_t row_stride, int rows, int dim, DType dtype,
+               float descale, float scale, float* dst, ptrdiff_t ld) {
   for (int r = 0; r < rows; ++r) {
-    const uint16_t* in = s + r * row_stride;
+    const int64_t row = first + r * row_stride;
     float* out = dst + r * ld;
-    if (dtype == DType::bf16) {
+    if (dtype == DType::e4m3) {
+      const uint8_t* in = static_cast<const uint8_t*>(base) + row;
+      for (int i = 0; i < dim; ++i) out[i] = e4m3_to_float(in[i]) * descale * scale;
+    } else if (dtype == DType::bf16) {
+      const uint16_t* in = static_cast<const uint16_t*>(base) + row;
       for (int i = 0; i < dim; ++i) out[i] = bf16_to_float(in[i]) * scale;
     } else {
+      const uint16_t* in = static_cast<const uint16_t*>(base) + row;
       for (int i = 0; i < dim; ++i) out[i] = fp16_to_float(in[i]) * scale;
     }
   }
+}
+
+// FP8 inputs: the descale of (sequence b, KV head h) from a (batch, heads_kv) array; null is 1.
+float descale_of(const float* descale, int b, int kv_head, int heads_kv) {
+  return descale != nullptr ? descale[int64_t{b} * heads_kv + kv_head] : 1.f;
 }
 
 // Per-worker scratch, sized once for the problem. Padding rows and columns stay zero so the
@@ -153,6 +166,7 @@ void softmax_row(float* s_row, float* o_row, ptrdiff_t dv_pad, float& m, float& 
 // One sequence: dense batch b (rows from 0, batch stride b) or packed sequence b (batch stride
 // unused, rows from its first token), with the mask on its own lengths.
 struct Sequence {
+  int index = 0;  // b: the row of the (batch, heads_kv) descales
   int batch = 0;  // multiplies stride[0]; 0 for packed sequences
   int q_begin = 0, k_begin = 0;
   int len_q = 0;
@@ -163,6 +177,7 @@ struct Sequence {
 
 Sequence sequence(const Problem& pr, int b) {
   Sequence s;
+  s.index = b;
   s.mask = pr.mask;
   if (!pr.varlen()) {
     s.batch = b;
@@ -191,16 +206,16 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
   const ptrdiff_t nq_rows = nq;
   const ptrdiff_t mq = round_up(nq, kBlockM);  // rows the GEMMs compute; extra rows are zero Q
   const int kv_head = head / pr.group;
-  const auto* qbase = static_cast<const uint16_t*>(pr.q);
-  const auto* kbase = static_cast<const uint16_t*>(pr.k);
-  const auto* vbase = static_cast<const uint16_t*>(pr.v);
+  const float q_descale = descale_of(pr.q_descale, seq.index, kv_head, pr.heads_kv);
+  const float k_descale = descale_of(pr.k_descale, seq.index, kv_head, pr.heads_kv);
+  const float v_descale = descale_of(pr.v_descale, seq.index, kv_head, pr.heads_kv);
 
   std::fill(ws.q.begin(), ws.q.end(), 0.f);
   const bool softcap = pr.has_softcap();
-  load_rows(qbase + batch * pr.q_stride[0] + (seq.q_begin + q0) * pr.q_stride[1] +
-                head * pr.q_stride[2],
-            pr.q_stride[1], nq, d, pr.dtype, softcap ? pr.softcap_scale : pr.scale_log2,
-            ws.q.data(), d);
+  load_rows(pr.q,
+            batch * pr.q_stride[0] + (seq.q_begin + q0) * pr.q_stride[1] + head * pr.q_stride[2],
+            pr.q_stride[1], nq, d, pr.dtype, q_descale,
+            softcap ? pr.softcap_scale : pr.scale_log2, ws.q.data(), d);
   std::fill(ws.o.begin(), ws.o.end(), 0.f);
   std::fill(ws.m.begin(), ws.m.end(), kNegInf);
   std::fill(ws.l.begin(), ws.l.end(), 0.f);
@@ -215,10 +230,11 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
 
     // K block, transposed so S = Q·Kᵀ is a row-major GEMM; keys past nk are zero.
     if (nk < kTileK) std::fill(ws.k.begin(), ws.k.end(), 0.f);
-    load_rows(kbase + k_off, pr.k_stride[1], nk, d, pr.dtype, 1.f, ws.k.data(), d);
+    load_rows(pr.k, k_off, pr.k_stride[1], nk, d, pr.dtype, k_descale, 1.f, ws.k.data(), d);
     for (ptrdiff_t c = 0; c < kTileK; ++c)
       for (ptrdiff_t i = 0; i < d; ++i) ws.kt[i * kTileK + c] = ws.k[c * d + i];
-    load_rows(vbase + v_off, pr.v_stride[1], nk, dv, pr.dtype, 1.f, ws.v.data(), dv_pad);
+    load_rows(pr.v, v_off, pr.v_stride[1], nk, dv, pr.dtype, v_descale, 1.f, ws.v.data(),
+              dv_pad);
 
     // S = Q·Kᵀ, then -inf wherever the key is past the block or the mask hides it.
     std::fill(ws.s.begin(), ws.s.begin() + mq * kTileK, 0.f);
@@ -243,7 +259,6 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
 
   // Epilogue: O / l in the output type; a row that saw no key writes 0 and LSE -inf. With an
   // attention sink, the sink joins the denominator (common/sink.h; LSE = the sink for such a row).
-  auto* obase = static_cast<uint16_t*>(pr.o);
   for (int r = 0; r < nq; ++r) {
     const int row = q0 + r;
     const float l = ws.l[r];
@@ -257,7 +272,7 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
     const float* o_row = ws.o.data() + r * dv_pad;
     const int64_t o_off =
         batch * pr.o_stride[0] + (seq.q_begin + row) * pr.o_stride[1] + head * pr.o_stride[2];
-    for (int c = 0; c < dv; ++c) store_from_float(obase, o_off + c, o_row[c] * inv, pr.dtype);
+    for (int c = 0; c < dv; ++c) store_from_float(pr.o, o_off + c, o_row[c] * inv, pr.out_dtype);
     if (pr.lse != nullptr) pr.lse[seq.lse_row0 + head * seq.lse_head_stride + row] = lse;
   }
 }
