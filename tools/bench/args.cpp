@@ -128,12 +128,22 @@ const std::vector<Flag>& flags() {
       {"--hdim-v", "N", "head dim of v and o [= hdim]",
        int_field("--hdim-v", &Options::hdim_v, 1, kMaxHeadDim)},
       {"--dtype", "TYPE",
-       "element type: bf16, fp16, or FP8 e4m3/e5m2, which no kernel runs\n"
-       "                         yet (reported unsupported) [bf16]",
+       "element type of q, k, v: bf16, fp16, or FP8 e4m3 (k7 on the GPU, cpu\n"
+       "                         on the host): drawn in bf16, quantised per (batch, KV head)\n"
+       "                         with descale amax/448, o in bf16; e5m2 has no kernel [bf16]",
        [](Options& o, std::string_view v) -> std::string {
          const std::optional<DType> d = parse_dtype(v);
          if (!d) return "--dtype: expected bf16, fp16, e4m3 or e5m2, got " + quote(v);
          o.dtype = *d;
+         return {};
+       }},
+      {"--dist", "normal|outliers",
+       "q, k, v distribution: N(0,1), or FlashAttention-3's outliers\n"
+       "                         N(0,1) + N(0,100)*Bernoulli(0.001) [normal]",
+       [](Options& o, std::string_view v) -> std::string {
+         if (v != "normal" && v != "outliers")
+           return "--dist: expected 'normal' or 'outliers', got " + quote(v);
+         o.dist = v == "outliers" ? InputDist::outliers : InputDist::normal;
          return {};
        }},
       {"--causal", nullptr, "causal mask (bottom-right aligned)",
@@ -170,7 +180,10 @@ const std::vector<Flag>& flags() {
          if (err.empty()) o.warmup = static_cast<int>(n);
          return err;
        }},
-      {"--check", nullptr, "check each config against the fp64 reference (exit 1 on FAIL)",
+      {"--check", nullptr,
+       "check each config against the fp64 reference (exit 1 on FAIL); e4m3: the\n"
+       "                         FP8 oracle on the dequantised inputs, plus the error against\n"
+       "                         the bf16 data before quantisation (reported, not judged)",
        [](Options& o, std::string_view) -> std::string {
          o.check = true;
          return {};
@@ -386,6 +399,10 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   }
   if (opts.kv_e4m3 && opts.decode_q == 0 && !opts.sweep_decode) {
     error = "--kv-dtype: only with --decode or --sweep decode (an FP8 KV cache is a decode option)";
+    return ParseOutcome::error;
+  }
+  if (opts.dist != InputDist::normal && decode_mode) {
+    error = "--dist: not with --decode or --sweep decode (decode draws N(0, 1) inputs)";
     return ParseOutcome::error;
   }
   if (opts.rotary_interleaved && opts.rotary_dim == 0) {

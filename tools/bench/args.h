@@ -14,6 +14,12 @@
 
 namespace flashattn::bench {
 
+// The distribution of q, k and v (--dist).
+enum class InputDist {
+  normal,    // N(0, 1)
+  outliers,  // FlashAttention-3's N(0, 1) + N(0, 100)·Bernoulli(0.001) (reference::fill_outliers)
+};
+
 struct Options {
   std::vector<Kernel> kernels{Kernel::automatic};
   int batch = 2;
@@ -23,7 +29,10 @@ struct Options {
   int seqlen_k = 1024;
   int hdim = 128;
   int hdim_v = 0;  // 0: same as hdim
+  // q, k and v. e4m3: drawn in bf16 (per --dist), quantised per (batch, KV head) with
+  // descale = amax / 448 (reference::quantize_e4m3_per_head); o in bf16.
   DType dtype = DType::bf16;
+  InputDist dist = InputDist::normal;
   bool causal = false;
   bool sinks = false;    // learnable attention sinks, one random logit per query head
   float softcap = 0.f;   // logit soft-capping (ForwardParams::softcap), 0: off

@@ -80,7 +80,7 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
 
   ForwardParams host = run_params;
   host.stream = nullptr;
-  std::vector<std::byte> q, k, v, o, lse, sinks;
+  std::vector<std::byte> q, k, v, o, lse, sinks, descales[3];
   if (on_device) {
     if (Status st = cuda_status(cudaStreamSynchronize(stream), "kernel run"); !st.ok()) return st;
     const InputSet& s = ws.set(0);
@@ -97,6 +97,13 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
       if (Status st = to_host(sinks, ws.sinks()); !st.ok()) return st;
       host.sinks = reinterpret_cast<const float*>(sinks.data());
     }
+    if (ws.workload().fp8()) {
+      const float** to[3] = {&host.q_descale, &host.k_descale, &host.v_descale};
+      for (int i = 0; i < 3; ++i) {
+        if (Status st = to_host(descales[i], ws.descale(i)); !st.ok()) return st;
+        *to[i] = reinterpret_cast<const float*>(descales[i].data());
+      }
+    }
   }
 
   const Workload& w = ws.workload();
@@ -111,7 +118,17 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
   out.sampled = !rows.empty();
   out.rows = out.sampled ? static_cast<int64_t>(rows.size())
                          : static_cast<int64_t>(w.batch) * w.heads * w.seqlen_q;
-  out.result = reference::check(host, rows);
+  out.result = reference::check(host, rows);  // FP8 inputs: the FP8 oracle (reference.h)
+  if (w.fp8()) {
+    // The same output against the bf16 data the inputs were quantised from (dense, as `host`).
+    ForwardParams original = host;
+    original.dtype = DType::bf16;
+    original.q_descale = original.k_descale = original.v_descale = nullptr;
+    original.q.data = ws.original(0).data();
+    original.k.data = ws.original(1).data();
+    original.v.data = ws.original(2).data();
+    out.vs_original = reference::check(original, rows);
+  }
   return Status::success();
 }
 

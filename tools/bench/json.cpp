@@ -48,6 +48,8 @@ std::string record_json(const Record& r) {
   s += "\"kernel\": " + escape(r.kernel);
   if (r.automatic) s += ", \"requested\": \"auto\"";
   s += ", \"dtype\": " + escape(dtype_name(w.dtype));
+  s += ", \"out_dtype\": " + escape(dtype_name(w.out_dtype()));
+  s += ", \"dist\": " + escape(w.dist == InputDist::outliers ? "outliers" : "normal");
   s += ", \"batch\": " + std::to_string(w.batch);
   s += ", \"heads\": " + std::to_string(w.heads);
   s += ", \"kv_heads\": " + std::to_string(w.kv_heads);
@@ -88,6 +90,11 @@ std::string record_json(const Record& r) {
   } else if (checked) {
     s += ", \"atol\": " + number(r.check.result.atol);
     s += ", \"lse_max_err\": " + number(r.check.result.lse_max_err);
+    s += ", \"rmse\": " + number(r.check.result.rmse);
+    if (r.check.vs_original) {  // FP8: against the bf16 data before quantisation
+      s += ", \"max_err_original\": " + number(r.check.vs_original->max_err);
+      s += ", \"rmse_original\": " + number(r.check.vs_original->rmse);
+    }
     s += ", \"check_rows\": " + std::to_string(r.check.rows);
     s += ", \"check_sampled\": " + boolean(r.check.sampled);
   }

@@ -121,6 +121,16 @@ int run_main(int argc, char** argv) {
                 ctx.debug.persistent ? "on" : "off (--no-persistent)",
                 ctx.debug.timeline_out ? ctx.debug.timeline_out : "none");
   }
+  const char* dist = opts.dist == InputDist::outliers
+                         ? "N(0,1) + N(0,100)*Bernoulli(0.001) (FlashAttention-3's outliers)"
+                         : "N(0,1)";
+  if (opts.dtype == DType::e4m3) {
+    std::printf("# inputs: %s drawn in bf16, quantised to e4m3 per (batch, kv head) with descale "
+                "amax/448; o in bf16\n",
+                dist);
+  } else if (opts.dist == InputDist::outliers) {
+    std::printf("# inputs: %s\n", dist);
+  }
   if (needs_device && device_count == 0) {
     std::printf("# no CUDA device: GPU kernels are recorded as errors; use --kernel cpu\n");
   }

@@ -19,6 +19,9 @@ struct CheckSummary {
   bool sampled = false;  // a sample of rows (units, backward) instead of all (large shapes)
   int64_t rows = 0;      // rows checked; backward: (batch, KV head) units
   reference::CheckResult result;  // backward: ok, detail and the largest of dq/dk/dv's errors
+  // FP8 inputs: the output against the fp64 attention of the bf16 data before quantisation
+  // (TESTING.md's accuracy report; not a pass/fail rule), on the same rows.
+  std::optional<reference::CheckResult> vs_original;
   std::optional<reference::BackwardCheckResult> grad;  // backward mode: per gradient
 };
 

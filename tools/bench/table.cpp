@@ -84,6 +84,11 @@ void print_table_row(std::FILE* out, const Record& r) {
                  static_cast<long long>(r.check.rows), r.check.sampled ? "sampled" : "(all)");
     if (c.not_finite > 0)
       std::fprintf(out, ", %lld not finite", static_cast<long long>(c.not_finite));
+    std::fprintf(out, " | rmse %.3e", c.rmse);
+    if (r.check.vs_original) {  // FP8 inputs: the accuracy against the data before quantisation
+      std::fprintf(out, " (vs bf16 before quantisation: rmse %.3e, max_err %.3e)",
+                   r.check.vs_original->rmse, r.check.vs_original->max_err);
+    }
     std::fprintf(out, " | %s\n", c.ok ? "PASS" : "FAIL");
   }
   if (!r.error.empty() && !r.skipped) std::fprintf(out, "    %s\n", r.error.c_str());

@@ -21,6 +21,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
       Workload w;
       w.kernel = kernel;
       w.dtype = opts.dtype;
+      w.dist = opts.dist;
       w.batch = opts.batch;
       w.heads = opts.heads;
       w.kv_heads = opts.kv_heads > 0 ? opts.kv_heads : opts.heads;
@@ -46,6 +47,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
           Workload w;
           w.kernel = kernel;
           w.dtype = opts.dtype;
+          w.dist = opts.dist;
           w.batch = kSweepTokens / seqlen;
           w.heads = w.kv_heads = kSweepHidden / hdim;
           w.seqlen_q = w.seqlen_k = seqlen;
@@ -111,6 +113,7 @@ const char* flop_convention_help() {
 std::string describe(const Workload& w) {
   // Appends piecewise: GCC 12 at -O3 warns (-Wrestrict, a false positive) on "literal" + string.
   std::string s = kernel_name(w.kernel);
+  if (w.dtype != DType::bf16) s.append(" ").append(dtype_name(w.dtype));
   s.append(" hd").append(std::to_string(w.hdim));
   if (w.hdim_v != w.hdim) s.append("/").append(std::to_string(w.hdim_v));
   s.append(" s").append(std::to_string(w.seqlen_q));
@@ -123,6 +126,7 @@ std::string describe(const Workload& w) {
     s.append(" varlen");
   }
   if (w.sinks) s.append(" sinks");
+  if (w.dist == InputDist::outliers) s.append(" outliers");
   if (w.softcap > 0.f) {
     char cap[32];
     std::snprintf(cap, sizeof cap, " softcap%g", static_cast<double>(w.softcap));

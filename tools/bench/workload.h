@@ -12,7 +12,8 @@ namespace flashattn::bench {
 
 struct Workload {
   Kernel kernel = Kernel::automatic;
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;  // q, k, v (e4m3: quantised from bf16 data, Options::dtype)
+  InputDist dist = InputDist::normal;
   int batch = 0, heads = 0, kv_heads = 0;
   int seqlen_q = 0, seqlen_k = 0;
   int hdim = 0, hdim_v = 0;
@@ -26,6 +27,10 @@ struct Workload {
   bool varlen = false;
   int page_size = 0;
   bool deterministic = false;  // backward: BackwardParams::deterministic
+
+  bool fp8() const { return dtype == DType::e4m3 || dtype == DType::e5m2; }
+  // o's element type: bf16 for FP8 inputs (ForwardParams::out_dtype), else the inputs' type.
+  DType out_dtype() const { return fp8() ? DType::bf16 : dtype; }
 };
 
 // The single shape of the flags, or the standard grid, for each requested kernel (kernel outermost

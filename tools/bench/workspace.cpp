@@ -82,7 +82,8 @@ TensorSizes tensor_sizes(const Workload& w) {
                       : b * sk;
   s.k = key_rows * hkv * static_cast<size_t>(w.hdim) * es;
   s.v = key_rows * hkv * static_cast<size_t>(w.hdim_v) * es;
-  s.o = b * sq * h * static_cast<size_t>(w.hdim_v) * es;
+  const auto o_es = static_cast<size_t>(dtype_size(w.out_dtype()));  // bf16 for FP8 inputs
+  s.o = b * sq * h * static_cast<size_t>(w.hdim_v) * o_es;
   s.lse = b * h * sq * sizeof(float);
   return s;
 }
@@ -97,6 +98,14 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
   if (w.sinks) {
     if (Status st = sinks_.allocate(memory, static_cast<size_t>(w.heads) * sizeof(float)); !st.ok())
       return st;
+  }
+  if (w.fp8()) {
+    // 1.0 until fill_inputs quantises: can_implement reads host descales before the inputs exist.
+    const std::vector<float> ones(static_cast<size_t>(w.batch) * w.kv_heads, 1.f);
+    for (Block& d : descales_) {
+      if (Status st = d.allocate(memory, ones.size() * sizeof(float)); !st.ok()) return st;
+      if (Status st = upload_descales(d, ones); !st.ok()) return st;
+    }
   }
   if (w.bwd) {
     for (auto [block, bytes] : {std::pair{&dq_, sizes_.q}, {&dk_, sizes_.k}, {&dv_, sizes_.v}}) {
@@ -172,6 +181,47 @@ Status copy(Memory memory, void* dst, const void* src, size_t bytes, cudaMemcpyK
 
 }  // namespace
 
+void Workspace::fill(void* data, int64_t n, DType dtype, InputDist dist, uint64_t seed) {
+  if (dist == InputDist::outliers) {
+    reference::fill_outliers(data, n, dtype, seed);
+  } else {
+    reference::fill_normal(data, n, dtype, seed);
+  }
+}
+
+Status Workspace::fill_fp8(int t, uint64_t seed, void* out) {
+  // Dense (batch, rows, heads, dim): rows are seqlen_q for q, the keys (padded to whole pages
+  // when paged) for k and v. A query head shares its KV head's descale: q's heads quantise in
+  // groups of heads / kv_heads.
+  const bool is_q = t == 0;
+  const int heads = is_q ? w_.heads : w_.kv_heads;
+  const int dim = t == 2 ? w_.hdim_v : w_.hdim;
+  const size_t elems = first_set_bytes(t) / static_cast<size_t>(dtype_size(w_.dtype));
+  const int64_t rows = static_cast<int64_t>(elems) / (int64_t{w_.batch} * heads * dim);
+  std::vector<uint16_t>& original = originals_[static_cast<size_t>(t)];
+  original.resize(elems);
+  fill(original.data(), static_cast<int64_t>(elems), DType::bf16, w_.dist, mix_seed(seed, t));
+  std::vector<float> descales(static_cast<size_t>(w_.batch) * w_.kv_heads);
+  reference::quantize_e4m3_per_head(DType::bf16, original.data(), w_.batch, rows, heads, dim,
+                                    is_q ? w_.heads / w_.kv_heads : 1,
+                                    static_cast<uint8_t*>(out), descales.data());
+  return upload_descales(descales_[static_cast<size_t>(t)], descales);
+}
+
+Status Workspace::upload_descales(Block& dst, const std::vector<float>& src) const {
+  if (memory_ == Memory::host) {
+    std::memcpy(dst.get(), src.data(), dst.bytes());
+    return Status::success();
+  }
+  return cuda_status(cudaMemcpy(dst.get(), src.data(), dst.bytes(), cudaMemcpyHostToDevice),
+                     "cudaMemcpy(descales)");
+}
+
+size_t Workspace::first_set_bytes(int t) const {
+  const InputSet& s = sets_[0];
+  return (t == 0 ? s.q : t == 1 ? s.k : s.v).bytes();
+}
+
 int Workspace::blocks_per_sequence() const {
   return w_.page_size > 0 ? std::max((w_.seqlen_k + w_.page_size - 1) / w_.page_size, 1) : 0;
 }
@@ -228,12 +278,14 @@ Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
   for (int t = 0; t < tensors; ++t) {
     Block& dst = *first[t];
     const auto n = static_cast<int64_t>(dst.bytes()) / es;
-    if (memory_ == Memory::host) {
-      reference::fill_normal(dst.get(), n, w_.dtype, mix_seed(seed, t));
-      continue;
+    std::vector<std::byte> staging(memory_ == Memory::host ? 0 : dst.bytes());
+    void* out = memory_ == Memory::host ? dst.get() : staging.data();
+    if (w_.fp8() && t < 3) {
+      if (Status st = fill_fp8(t, seed, out); !st.ok()) return st;
+    } else {
+      fill(out, n, w_.dtype, t < 3 ? w_.dist : InputDist::normal, mix_seed(seed, t));
     }
-    std::vector<std::byte> staging(dst.bytes());
-    reference::fill_normal(staging.data(), n, w_.dtype, mix_seed(seed, t));
+    if (memory_ == Memory::host) continue;
     // Synchronous: `staging` dies at the end of this iteration.
     if (Status st =
             cuda_status(cudaMemcpy(dst.get(), staging.data(), dst.bytes(), cudaMemcpyHostToDevice),
@@ -300,6 +352,12 @@ ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions
   const InputSet& s = sets_[static_cast<size_t>(set)];
   ForwardParams p;
   p.dtype = w_.dtype;
+  p.out_dtype = w_.out_dtype();
+  if (w_.fp8()) {
+    p.q_descale = static_cast<const float*>(descales_[0].get());
+    p.k_descale = static_cast<const float*>(descales_[1].get());
+    p.v_descale = static_cast<const float*>(descales_[2].get());
+  }
   p.batch = w_.batch;
   p.seqlen_q = w_.seqlen_q;
   p.seqlen_k = w_.seqlen_k;

@@ -59,8 +59,11 @@ class Workspace {
   // kMaxInputSets and, on the device, by free memory).
   Status allocate(const Workload& w, Memory memory);
 
-  // Fills set 0 with N(0, 1) from `seed` and copies it into the other sets: L2 residency depends on
-  // addresses, not values, and drawing fresh normals for 256 MB costs seconds per config.
+  // Fills set 0 from `seed` (N(0, 1), or the outlier distribution) and copies it into the other
+  // sets: L2 residency depends on addresses, not values, and drawing fresh normals for 256 MB
+  // costs seconds per config. FP8 (e4m3) workloads: q, k, v are drawn in bf16 and quantised per
+  // (batch, KV head) with descale = amax / 448 (reference::quantize_e4m3_per_head); the bf16
+  // originals stay on the host (original()) for the accuracy report.
   Status fill_inputs(uint64_t seed, cudaStream_t stream);
 
   // Backward mode: runs the forward once (Kernel::automatic: the cpu family on host memory) on
@@ -84,6 +87,10 @@ class Workspace {
   const Block& o() const { return o_; }
   const Block& lse() const { return lse_; }
   const Block& sinks() const { return sinks_; }  // empty unless the workload has sinks
+  // FP8 workloads: the (batch, kv_heads) fp32 descales of q, k, v (i = 0, 1, 2), and the dense
+  // bf16 data they were quantised from, on the host (filled by fill_inputs).
+  const Block& descale(int i) const { return descales_[static_cast<size_t>(i)]; }
+  const std::vector<uint16_t>& original(int i) const { return originals_[static_cast<size_t>(i)]; }
   const Block& dq() const { return dq_; }        // backward mode only, as are dk, dv, dsinks
   const Block& dk() const { return dk_; }
   const Block& dv() const { return dv_; }
@@ -96,6 +103,13 @@ class Workspace {
  private:
   // Varlen and paged workloads: cu_seqlens and the shuffled block table.
   Status fill_indices();
+  // n values of `dtype` from `dist` (reference::fill_normal or fill_outliers).
+  static void fill(void* data, int64_t n, DType dtype, InputDist dist, uint64_t seed);
+  // FP8: tensor t (0 q, 1 k, 2 v) drawn in bf16 into originals_[t], quantised into `out` (set 0's
+  // bytes, on the host), its descales into descales_[t].
+  Status fill_fp8(int t, uint64_t seed, void* out);
+  size_t first_set_bytes(int t) const;  // bytes of set 0's q, k or v
+  Status upload_descales(Block& dst, const std::vector<float>& src) const;
 
   Workload w_;
   Memory memory_ = Memory::host;
@@ -103,6 +117,8 @@ class Workspace {
   std::vector<InputSet> sets_;
   Block o_, lse_;
   Block sinks_;  // fp32 (heads,), filled by fill_inputs when the workload has sinks
+  Block descales_[3];                        // FP8: q, k, v descales, (batch, kv_heads) fp32
+  std::vector<uint16_t> originals_[3];       // FP8: the bf16 q, k, v before quantisation
   Block dq_, dk_, dv_, dsinks_;  // backward mode: the gradients (dsinks with sinks)
   Block cu_q_, cu_k_;            // varlen workloads: cu_seqlens of equal lengths
   Block block_table_;            // paged workloads: a seeded permutation of the blocks
