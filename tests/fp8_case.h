@@ -52,9 +52,7 @@ struct Fp8Shape {
 // only: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
 inline std::string fp8_name(const Fp8Shape& s) {
   std::string n;
-  auto num = [&](const char* tag, int x) {
-    n.append(tag).append(std::to_string(x));
-  };
+  auto num = [&](const char* tag, int x) { n.append(tag).append(std::to_string(x)); };
   int sq = s.seqlen_q, sk = s.seqlen_k;
   if (s.lens.empty()) {
     num("b", s.batch);
@@ -260,7 +258,7 @@ class Fp8Case {
   std::vector<uint16_t> o;
   std::vector<float> lse;
   std::vector<float> q_descale, k_descale, v_descale;  // empty with Descales::none
-  std::vector<int32_t> cu_q, cu_k;                      // varlen only
+  std::vector<int32_t> cu_q, cu_k;                     // varlen only
 
  private:
   static void expect_check(const fa::ForwardParams& p, const std::string& what, int sample) {
@@ -284,7 +282,8 @@ class Fp8Case {
     for (int b = 0; b < nb; ++b)
       for (int s = 0; s < tq; ++s)
         for (int h = 0; h < shape.heads_q; ++h)
-          for (int i = 0; i < shape.head_dim; ++i) inside[b * st[0] + s * st[1] + h * st[2] + i] = 1;
+          for (int i = 0; i < shape.head_dim; ++i)
+            inside[b * st[0] + s * st[1] + h * st[2] + i] = 1;
     return inside;
   }
 
@@ -351,8 +350,7 @@ class Fp8Case {
           const float ds = descale[size_t(seq) * shape.heads_kv + h / heads_per_descale];
           const int64_t base = b * st[0] + r * st[1] + h * st[2];
           for (int i = 0; i < shape.head_dim; ++i)
-            fa::store_from_float(out.data(), base + i, ds * fa::e4m3_to_float(in[base + i]),
-                                 dtype);
+            fa::store_from_float(out.data(), base + i, ds * fa::e4m3_to_float(in[base + i]), dtype);
         }
       }
     }

@@ -14,9 +14,9 @@
 
 #include "attention_case.h"
 #include "common/host_dtype.h"
-#include "fp8_case.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/reference.h"
+#include "fp8_case.h"
 
 namespace {
 
@@ -435,14 +435,36 @@ std::vector<Fp8Shape> fp8_cpu_shapes() {
   const fa::DType fp16 = fa::DType::fp16;
   return {
       {.batch = 2, .seqlen_q = 113, .seqlen_k = 203, .heads_q = 4, .heads_kv = 2, .head_dim = 64},
-      {.batch = 2, .seqlen_q = 113, .seqlen_k = 203, .heads_q = 4, .heads_kv = 2, .head_dim = 64,
-       .causal = true, .out_dtype = fp16},
-      {.batch = 3, .seqlen_q = 239, .seqlen_k = 1, .heads_q = 4, .heads_kv = 1, .head_dim = 128,
+      {.batch = 2,
+       .seqlen_q = 113,
+       .seqlen_k = 203,
+       .heads_q = 4,
+       .heads_kv = 2,
+       .head_dim = 64,
+       .causal = true,
+       .out_dtype = fp16},
+      {.batch = 3,
+       .seqlen_q = 239,
+       .seqlen_k = 1,
+       .heads_q = 4,
+       .heads_kv = 1,
+       .head_dim = 128,
        .causal = true},
-      {.batch = 1, .seqlen_q = 300, .seqlen_k = 255, .heads_q = 2, .heads_kv = 2, .head_dim = 256,
-       .window_left = 37, .window_right = 5, .padded = true},
+      {.batch = 1,
+       .seqlen_q = 300,
+       .seqlen_k = 255,
+       .heads_q = 2,
+       .heads_kv = 2,
+       .head_dim = 256,
+       .window_left = 37,
+       .window_right = 5,
+       .padded = true},
       {.heads_q = 4, .heads_kv = 2, .head_dim = 128, .q_sigma = 6.f, .padded = true, .lens = lens},
-      {.heads_q = 4, .heads_kv = 2, .head_dim = 128, .causal = true, .out_dtype = fp16,
+      {.heads_q = 4,
+       .heads_kv = 2,
+       .head_dim = 128,
+       .causal = true,
+       .out_dtype = fp16,
        .lens = lens},
   };
 }
@@ -490,8 +512,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuFp8, ::testing::Range<size_t>(0, fp8_cpu_sha
 
 // Guards: the oracle's outlier inputs (N(0,1) + N(0,100)·Bernoulli(0.001)) through the cpu family.
 TEST(CpuFp8Oracle, OutlierInputsPass) {
-  Fp8Case c({.batch = 2, .seqlen_q = 200, .seqlen_k = 1000, .heads_q = 4, .heads_kv = 2,
-             .head_dim = 128, .dist = Dist::outliers},
+  Fp8Case c({.batch = 2,
+             .seqlen_q = 200,
+             .seqlen_k = 1000,
+             .heads_q = 4,
+             .heads_kv = 2,
+             .head_dim = 128,
+             .dist = Dist::outliers},
             fa_test::test_seed());
   ASSERT_TRUE(fa::forward(c.params, fa::Kernel::cpu).ok());
   c.expect_oracle(c.params, fa_test::fp8_name(c.shape));
@@ -500,9 +527,9 @@ TEST(CpuFp8Oracle, OutlierInputsPass) {
 // Guards the oracle itself: an output computed without one of the descales (or with q's and v's
 // swapped) fails it, so a kernel that drops or misplaces a descale cannot pass.
 TEST(CpuFp8Oracle, CatchesAMissingOrMisplacedDescale) {
-  Fp8Case c({.batch = 2, .seqlen_q = 65, .seqlen_k = 130, .heads_q = 4, .heads_kv = 2,
-             .head_dim = 64},
-            fa_test::test_seed());
+  Fp8Case c(
+      {.batch = 2, .seqlen_q = 65, .seqlen_k = 130, .heads_q = 4, .heads_kv = 2, .head_dim = 64},
+      fa_test::test_seed());
   // Descales far from 1 and from each other, so that each mistake moves the output.
   c.q_descale = {0.5f, 2.f, 1.75f, 0.625f};
   c.k_descale = {1.875f, 0.5f, 0.75f, 2.f};

@@ -33,8 +33,7 @@ using flashattn::testing::DeviceBuffer;
 using flashattn::testing::have_gpu;
 
 bool k7_runs_here() {
-  return fa::kernel_is_built(fa::Kernel::k7) && have_gpu() &&
-         flashattn::testing::device_is_sm90();
+  return fa::kernel_is_built(fa::Kernel::k7) && have_gpu() && flashattn::testing::device_is_sm90();
 }
 
 // Device copies of a case's inputs and outputs. run() poisons o and lse, runs `kernel`, and
@@ -147,16 +146,16 @@ void expect_k7_passes(Fp8Case& c, fa::Kernel kernel = fa::Kernel::k7) {
 }
 
 std::vector<Fp8Shape> grid() {
-  const std::pair<int, int> seqlens[] = {{1, 1},      {1, 255},     {17, 17},   {17, 2048},
-                                         {128, 128},  {255, 1000},  {1000, 255}, {1000, 1},
+  const std::pair<int, int> seqlens[] = {{1, 1},       {1, 255},    {17, 17},    {17, 2048},
+                                         {128, 128},   {255, 1000}, {1000, 255}, {1000, 1},
                                          {2048, 2048}, {255, 17}};
   const std::pair<int, int> heads[] = {{1, 1}, {4, 2}, {4, 1}, {2, 2}, {3, 1}};
   struct M {
     bool causal;
     int wl, wr;
   };
-  const M masks[] = {{false, -1, -1}, {true, -1, -1}, {false, 37, 5}, {true, 64, -1},
-                     {false, 3, 100}};
+  const M masks[] = {
+      {false, -1, -1}, {true, -1, -1}, {false, 37, 5}, {true, 64, -1}, {false, 3, 100}};
   std::vector<Fp8Shape> out;
   int i = 0;
   for (int d : {64, 128, 256}) {
@@ -199,22 +198,35 @@ TEST_P(GpuFp8, K7PassesTheFp8Oracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GpuFp8, ::testing::Range<size_t>(0, all_cases().size()),
-                         [](const auto& info) { return fa_test::fp8_name(all_cases()[info.param]); });
+                         [](const auto& info) {
+                           return fa_test::fp8_name(all_cases()[info.param]);
+                         });
 
 // Variable length: packed batches of mixed lengths (empty sequences, 1, odd, longer than a tile,
 // seqlen_q != seqlen_k per sequence), each sequence checked on its own view; GQA, MQA, masks.
 std::vector<Fp8Shape> varlen_cases() {
   using L = std::vector<std::pair<int, int>>;
-  const L mixed = {{0, 5}, {1, 1}, {17, 33}, {113, 239}, {239, 113},
+  const L mixed = {{0, 5}, {1, 1}, {17, 33}, {113, 239},   {239, 113},
                    {0, 0}, {5, 0}, {1, 255}, {1000, 1300}, {2048, 2100}};
   const L square = {{17, 17}, {255, 1}, {0, 10}, {128, 128}, {1000, 1000}, {1, 1}};
   std::vector<Fp8Shape> out;
   for (int d : {64, 128, 256}) {
     out.push_back({.heads_q = 4, .heads_kv = 2, .head_dim = d, .lens = mixed});
-    out.push_back({.heads_q = 4, .heads_kv = 1, .head_dim = d, .causal = true,
-                   .out_dtype = fa::DType::fp16, .q_sigma = 6.f, .lens = mixed});
-    out.push_back({.heads_q = 2, .heads_kv = 2, .head_dim = d, .window_left = 37,
-                   .window_right = 5, .descales = Descales::none, .padded = true, .lens = square});
+    out.push_back({.heads_q = 4,
+                   .heads_kv = 1,
+                   .head_dim = d,
+                   .causal = true,
+                   .out_dtype = fa::DType::fp16,
+                   .q_sigma = 6.f,
+                   .lens = mixed});
+    out.push_back({.heads_q = 2,
+                   .heads_kv = 2,
+                   .head_dim = d,
+                   .window_left = 37,
+                   .window_right = 5,
+                   .descales = Descales::none,
+                   .padded = true,
+                   .lens = square});
   }
   return out;
 }
@@ -245,8 +257,15 @@ TEST(GpuFp8Outliers, K7PassesTheFp8Oracle) {
   if (!k7_runs_here()) GTEST_SKIP() << "k7 needs an sm_90 device";
   for (int d : {64, 128, 256}) {
     for (Descales desc : {Descales::amax, Descales::random}) {
-      Fp8Case c({.batch = 2, .seqlen_q = 1000, .seqlen_k = 2048, .heads_q = 4, .heads_kv = 2,
-                 .head_dim = d, .causal = d == 128, .descales = desc, .dist = Dist::outliers},
+      Fp8Case c({.batch = 2,
+                 .seqlen_q = 1000,
+                 .seqlen_k = 2048,
+                 .heads_q = 4,
+                 .heads_kv = 2,
+                 .head_dim = d,
+                 .causal = d == 128,
+                 .descales = desc,
+                 .dist = Dist::outliers},
                 fa_test::test_seed(uint64_t(d) + (desc == Descales::amax)));
       expect_k7_passes(c);
     }
@@ -257,8 +276,13 @@ TEST(GpuFp8Outliers, K7PassesTheFp8Oracle) {
 TEST(GpuFp8Quantised, K7PassesTheFp8Oracle) {
   if (!k7_runs_here()) GTEST_SKIP() << "k7 needs an sm_90 device";
   for (int d : {64, 128, 256}) {
-    Fp8Case c({.batch = 3, .seqlen_q = 255, .seqlen_k = 1000, .heads_q = 4, .heads_kv = 1,
-               .head_dim = d, .descales = Descales::amax},
+    Fp8Case c({.batch = 3,
+               .seqlen_q = 255,
+               .seqlen_k = 1000,
+               .heads_q = 4,
+               .heads_kv = 1,
+               .head_dim = d,
+               .descales = Descales::amax},
               fa_test::test_seed(uint64_t(d)));
     expect_k7_passes(c);
   }
@@ -269,8 +293,13 @@ TEST(GpuFp8Quantised, K7PassesTheFp8Oracle) {
 TEST(GpuFp8Determinism, HundredRunsAreBitwiseIdentical) {
   if (!k7_runs_here()) GTEST_SKIP() << "k7 needs an sm_90 device";
   for (bool causal : {false, true}) {
-    Fp8Case c({.batch = 2, .seqlen_q = 1999, .seqlen_k = 2048, .heads_q = 8, .heads_kv = 2,
-               .head_dim = 128, .causal = causal},
+    Fp8Case c({.batch = 2,
+               .seqlen_q = 1999,
+               .seqlen_k = 2048,
+               .heads_q = 8,
+               .heads_kv = 2,
+               .head_dim = 128,
+               .causal = causal},
               fa_test::test_seed(causal));
     GpuFp8Run gpu(c);
     EXPECT_EQ(gpu.run(fa::Kernel::k7, 100), 0) << "causal " << causal;
@@ -281,8 +310,13 @@ TEST(GpuFp8Determinism, HundredRunsAreBitwiseIdentical) {
 // it; the rules that need device pointers refuse host descales and a 16-bit dtype on k7.
 TEST(GpuFp8Selection, AutoRunsK7AndTheDeviceRulesHold) {
   if (!k7_runs_here()) GTEST_SKIP() << "k7 needs an sm_90 device";
-  Fp8Case c({.batch = 2, .seqlen_q = 128, .seqlen_k = 255, .heads_q = 4, .heads_kv = 2,
-             .head_dim = 128, .causal = true},
+  Fp8Case c({.batch = 2,
+             .seqlen_q = 128,
+             .seqlen_k = 255,
+             .heads_q = 4,
+             .heads_kv = 2,
+             .head_dim = 128,
+             .causal = true},
             fa_test::test_seed());
   GpuFp8Run gpu(c);
   EXPECT_EQ(fa::select_kernel(gpu.device), fa::Kernel::k7);
@@ -317,8 +351,13 @@ TEST(GpuFp8Selection, AutoRunsK7AndTheDeviceRulesHold) {
 // seqlen_k = 0: every row outputs 0 and LSE -inf.
 TEST(GpuFp8Edges, SeqlenKZeroGivesZeroAndMinusInf) {
   if (!k7_runs_here()) GTEST_SKIP() << "k7 needs an sm_90 device";
-  Fp8Case c({.batch = 2, .seqlen_q = 17, .seqlen_k = 0, .heads_q = 4, .heads_kv = 2,
-             .head_dim = 64, .padded = true},
+  Fp8Case c({.batch = 2,
+             .seqlen_q = 17,
+             .seqlen_k = 0,
+             .heads_q = 4,
+             .heads_kv = 2,
+             .head_dim = 64,
+             .padded = true},
             fa_test::test_seed());
   GpuFp8Run gpu(c);
   gpu.run(fa::Kernel::k7);

@@ -648,8 +648,14 @@ using fa_test::Fp8Case;
 // Guards: the fp64 reference of FP8 inputs is the fp64 attention of the dequantised inputs,
 // descale·x with the (batch, KV head) descale of each query head's KV head (GQA 2 here).
 TEST(Fp8Reference, Fp64IsAttentionOfTheDequantisedInputs) {
-  Fp8Case c({.batch = 2, .seqlen_q = 33, .seqlen_k = 47, .heads_q = 4, .heads_kv = 2,
-             .head_dim = 64, .causal = true, .descales = fa_test::Descales::exact},
+  Fp8Case c({.batch = 2,
+             .seqlen_q = 33,
+             .seqlen_k = 47,
+             .heads_q = 4,
+             .heads_kv = 2,
+             .head_dim = 64,
+             .causal = true,
+             .descales = fa_test::Descales::exact},
             fa_test::test_seed());
   std::vector<uint16_t> q16, k16, v16, o16;
   std::vector<float> lse16;
@@ -667,8 +673,13 @@ TEST(Fp8Reference, Fp64IsAttentionOfTheDequantisedInputs) {
 TEST(Fp8Reference, EmulateRoundsPToE4m3) {
   for (fa::DType out : {fa::DType::bf16, fa::DType::fp16}) {
     SCOPED_TRACE(fa::dtype_name(out));
-    Fp8Case c({.seqlen_q = 64, .seqlen_k = 300, .heads_q = 2, .heads_kv = 2, .head_dim = 64,
-               .out_dtype = out, .descales = fa_test::Descales::exact},
+    Fp8Case c({.seqlen_q = 64,
+               .seqlen_k = 300,
+               .heads_q = 2,
+               .heads_kv = 2,
+               .head_dim = 64,
+               .out_dtype = out,
+               .descales = fa_test::Descales::exact},
               fa_test::test_seed());
     std::vector<uint16_t> q16, k16, v16, o16;
     std::vector<float> lse16;
@@ -695,7 +706,11 @@ TEST(Fp8Reference, EmulateRoundsPToE4m3) {
 // smallest normal 2^-6, so without the offset P would round to a subnormal step of 2^-9 (0 or
 // 2^-9)), V = (0, 1): pt is round(round_e4m3(256·e^-8) / (256·(1 + e^-8))).
 TEST(Fp8Reference, EmulateOffsetsPBeforeRounding) {
-  Fp8Case c({.seqlen_q = 1, .seqlen_k = 2, .heads_q = 1, .heads_kv = 1, .head_dim = 16,
+  Fp8Case c({.seqlen_q = 1,
+             .seqlen_k = 2,
+             .heads_q = 1,
+             .heads_kv = 1,
+             .head_dim = 16,
              .descales = fa_test::Descales::none},
             0);
   std::fill(c.q.begin(), c.q.end(), 0);
@@ -723,8 +738,8 @@ TEST(Fp8Inputs, QuantizePerHeadUsesTheGroupAmax) {
   ref::fill_normal(x.data(), std::ssize(x), fa::DType::bf16, fa_test::test_seed(), 2.f);
   std::vector<uint8_t> q(x.size());
   std::vector<float> descale(size_t(batch) * heads / group);
-  ref::quantize_e4m3_per_head(fa::DType::bf16, x.data(), batch, seqlen, heads, dim, group,
-                              q.data(), descale.data());
+  ref::quantize_e4m3_per_head(fa::DType::bf16, x.data(), batch, seqlen, heads, dim, group, q.data(),
+                              descale.data());
   for (int b = 0; b < batch; ++b) {
     for (int g = 0; g < heads / group; ++g) {
       float amax = 0.f;

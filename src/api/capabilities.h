@@ -46,7 +46,7 @@ struct KernelCaps {
   // scale_log2 = softcap·log2(e) for kernels that apply the tanh, which would be garbage to one
   // that does not.
   bool softcap = false;
-  bool paged = true;             // ForwardParams::block_table (through the gather)
+  bool paged = true;  // ForwardParams::block_table (through the gather)
   // The element types of q, k and v it runs (dtype_bit()s; o is that type, or out_dtype for FP8).
   unsigned dtypes = 0;
   // A family built for some head dims only (a kHeadDims subset): the list, else null (every

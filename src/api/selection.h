@@ -28,8 +28,8 @@ Kernel select_family(const void* q, std::span<const Kernel> preference, CapsOf c
 // runs `dtype` refuses (`check(kernel)`; a family of another dtype would only name the dtype), or
 // `none_built` when no such family of `preference` is built.
 template <class Check>
-Status refusal_of_auto(std::span<const Kernel> preference, CapsOf caps, DType dtype,
-                       Check&& check, const char* none_built) {
+Status refusal_of_auto(std::span<const Kernel> preference, CapsOf caps, DType dtype, Check&& check,
+                       const char* none_built) {
   for (Kernel k : preference) {
     if (caps(k).built && runs_dtype(caps(k), dtype)) return check(k);
   }

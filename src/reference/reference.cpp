@@ -34,8 +34,8 @@ RowView row_view(const ForwardParams& p, int batch, int head, int row) {
   const int kv_head = head / group;
   RowView rv{element(p.q.data, p.dtype, host::offset(p.q.stride, batch, row, head)),
              element(p.k.data, p.dtype, host::offset(p.k.stride, batch, 0, kv_head)),
-             element(p.v.data, p.dtype, host::offset(p.v.stride, batch, 0, kv_head)),
-             p.k.stride[1], p.v.stride[1]};
+             element(p.v.data, p.dtype, host::offset(p.v.stride, batch, 0, kv_head)), p.k.stride[1],
+             p.v.stride[1]};
   const int64_t at = int64_t{batch} * p.heads_kv + kv_head;
   if (p.q_descale != nullptr) rv.q_descale = p.q_descale[at];
   if (p.k_descale != nullptr) rv.k_descale = p.k_descale[at];

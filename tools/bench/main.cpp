@@ -125,9 +125,10 @@ int run_main(int argc, char** argv) {
                          ? "N(0,1) + N(0,100)*Bernoulli(0.001) (FlashAttention-3's outliers)"
                          : "N(0,1)";
   if (opts.dtype == DType::e4m3) {
-    std::printf("# inputs: %s drawn in bf16, quantised to e4m3 per (batch, kv head) with descale "
-                "amax/448; o in bf16\n",
-                dist);
+    std::printf(
+        "# inputs: %s drawn in bf16, quantised to e4m3 per (batch, kv head) with descale "
+        "amax/448; o in bf16\n",
+        dist);
   } else if (opts.dist == InputDist::outliers) {
     std::printf("# inputs: %s\n", dist);
   }

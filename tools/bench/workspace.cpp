@@ -203,8 +203,8 @@ Status Workspace::fill_fp8(int t, uint64_t seed, void* out) {
   fill(original.data(), static_cast<int64_t>(elems), DType::bf16, w_.dist, mix_seed(seed, t));
   std::vector<float> descales(static_cast<size_t>(w_.batch) * w_.kv_heads);
   reference::quantize_e4m3_per_head(DType::bf16, original.data(), w_.batch, rows, heads, dim,
-                                    is_q ? w_.heads / w_.kv_heads : 1,
-                                    static_cast<uint8_t*>(out), descales.data());
+                                    is_q ? w_.heads / w_.kv_heads : 1, static_cast<uint8_t*>(out),
+                                    descales.data());
   return upload_descales(descales_[static_cast<size_t>(t)], descales);
 }
 

@@ -117,8 +117,8 @@ class Workspace {
   std::vector<InputSet> sets_;
   Block o_, lse_;
   Block sinks_;  // fp32 (heads,), filled by fill_inputs when the workload has sinks
-  Block descales_[3];                        // FP8: q, k, v descales, (batch, kv_heads) fp32
-  std::vector<uint16_t> originals_[3];       // FP8: the bf16 q, k, v before quantisation
+  Block descales_[3];                   // FP8: q, k, v descales, (batch, kv_heads) fp32
+  std::vector<uint16_t> originals_[3];  // FP8: the bf16 q, k, v before quantisation
   Block dq_, dk_, dv_, dsinks_;  // backward mode: the gradients (dsinks with sinks)
   Block cu_q_, cu_k_;            // varlen workloads: cu_seqlens of equal lengths
   Block block_table_;            // paged workloads: a seeded permutation of the blocks

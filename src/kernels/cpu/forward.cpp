@@ -214,8 +214,8 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
   const bool softcap = pr.has_softcap();
   load_rows(pr.q,
             batch * pr.q_stride[0] + (seq.q_begin + q0) * pr.q_stride[1] + head * pr.q_stride[2],
-            pr.q_stride[1], nq, d, pr.dtype, q_descale,
-            softcap ? pr.softcap_scale : pr.scale_log2, ws.q.data(), d);
+            pr.q_stride[1], nq, d, pr.dtype, q_descale, softcap ? pr.softcap_scale : pr.scale_log2,
+            ws.q.data(), d);
   std::fill(ws.o.begin(), ws.o.end(), 0.f);
   std::fill(ws.m.begin(), ws.m.end(), kNegInf);
   std::fill(ws.l.begin(), ws.l.end(), 0.f);
@@ -233,8 +233,7 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
     load_rows(pr.k, k_off, pr.k_stride[1], nk, d, pr.dtype, k_descale, 1.f, ws.k.data(), d);
     for (ptrdiff_t c = 0; c < kTileK; ++c)
       for (ptrdiff_t i = 0; i < d; ++i) ws.kt[i * kTileK + c] = ws.k[c * d + i];
-    load_rows(pr.v, v_off, pr.v_stride[1], nk, dv, pr.dtype, v_descale, 1.f, ws.v.data(),
-              dv_pad);
+    load_rows(pr.v, v_off, pr.v_stride[1], nk, dv, pr.dtype, v_descale, 1.f, ws.v.data(), dv_pad);
 
     // S = Q·Kᵀ, then -inf wherever the key is past the block or the mask hides it.
     std::fill(ws.s.begin(), ws.s.begin() + mq * kTileK, 0.f);
