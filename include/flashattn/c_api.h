@@ -45,9 +45,8 @@ enum {
   FLASHATTN_C_INTERNAL_ERROR = 4    /* an exception inside the library (e.g. out of host memory) */
 };
 
-/* Element types (flashattn::DType). FP8 forward is not in the C ABI yet (these params have no
- * out_dtype or descales): a forward call with FLASHATTN_C_E4M3 or FLASHATTN_C_E5M2 answers
- * FLASHATTN_C_UNSUPPORTED. */
+/* Element types (flashattn::DType). Forward with FLASHATTN_C_E4M3 inputs writes o as the params'
+ * `out_dtype` (version 5); FLASHATTN_C_E5M2 has no kernel (FLASHATTN_C_UNSUPPORTED). */
 enum { FLASHATTN_C_BF16 = 0, FLASHATTN_C_FP16 = 1, FLASHATTN_C_E4M3 = 2, FLASHATTN_C_E5M2 = 3 };
 
 /* Kernel families (flashattn::Kernel); flashattn_c_kernel_from_name() maps the names. */
@@ -68,7 +67,8 @@ enum {
 /* The forward parameters: 64 bytes of 32-bit fields, then 8-byte fields, so that the layout has
  * no implicit padding. Version 1 was 256 bytes on LP64; version 2 appends `sinks` (264); version
  * 3 appends `softcap` and a `reserved2` that keeps the size a multiple of 8 (272); version 4 the
- * paged KV fields (`block_table` .. `page_size`) and `reserved3` (304). Strides
+ * paged KV fields (`block_table` .. `page_size`) and `reserved3` (304); version 5 FP8 inputs,
+ * `out_dtype`, `reserved4` and the three descales (336). Strides
  * are in elements, ordered (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total,
  * heads, dim) and stride[0] is ignored; with block_table, k and v are (num_blocks, page_size,
  * heads, dim) and every stride is used. */
@@ -114,6 +114,14 @@ typedef struct flashattn_c_fwd_params {
   int32_t num_blocks;         /* blocks in k and v */
   int32_t page_size;          /* rows per block, >= 1 */
   uint32_t reserved3;         /* must be 0 */
+  /* Version 5 (336 bytes): FP8 inputs (ForwardParams::out_dtype, q/k/v_descale). An older
+   * caller's struct reads as o in bf16 and no descales. */
+  int32_t out_dtype;      /* with dtype FLASHATTN_C_E4M3: o's type, FLASHATTN_C_BF16 (0) or
+                             FLASHATTN_C_FP16; ignored for 16-bit inputs (o is `dtype`) */
+  uint32_t reserved4;     /* must be 0 */
+  const float* q_descale; /* optional fp32 (batch, heads_kv), contiguous, FP8 inputs only */
+  const float* k_descale; /* (null: 1.0; finite, > 0; in the memory the kernel reads) */
+  const float* v_descale;
 } flashattn_c_fwd_params;
 
 /* Validates and runs (asynchronously on `stream` for GPU kernels). Returns a status code. */

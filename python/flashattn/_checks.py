@@ -7,10 +7,12 @@ import torch
 
 from . import _lib
 
-# torch dtype -> the library's element type. FP8 is passed on like the others: the C ABI
-# refuses it (no FP8 forward there yet) with flashattn.UnsupportedError, naming the dtype.
+# torch dtype -> the library's element type. FP8 is passed on like the others: e4m3 runs (k7 on
+# Hopper, cpu), e5m2 is refused by the library with flashattn.UnsupportedError.
 DTYPE_CODES = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16,
                torch.float8_e4m3fn: _lib.E4M3, torch.float8_e5m2: _lib.E5M2}
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+OUT_DTYPES = (torch.bfloat16, torch.float16)  # o's type with FP8 inputs
 
 
 def _tensor(name, t, ndim, layout):
@@ -29,7 +31,8 @@ def _qkv(q, k, v, ndim, layout):
     for name, t in (("q", q), ("k", k), ("v", v)):
         _tensor(name, t, ndim, layout)
     if q.dtype not in DTYPE_CODES:
-        raise ValueError(f"q.dtype: must be torch.bfloat16 or torch.float16, got {q.dtype}")
+        raise ValueError("q.dtype: must be torch.bfloat16, torch.float16 or torch.float8_e4m3fn, "
+                         f"got {q.dtype}")
     _same("k.dtype", k.dtype, q.dtype, "q.dtype")
     _same("v.dtype", v.dtype, q.dtype, "q.dtype")
     if q.device.type not in ("cpu", "cuda"):
@@ -177,6 +180,51 @@ def rotary(cos, sin, q):
         _same(f"{name}.device", t.device, q.device, "q.device")
     _same("rotary_sin.shape", tuple(sin.shape), tuple(cos.shape), "rotary_cos.shape")
 
+
+
+def out_dtype(q_dtype, out_dtype_):
+    """o's dtype: `out_dtype_` (default torch.bfloat16) for FP8 inputs, else the inputs'. For
+    16-bit inputs out_dtype_ may only be None or their own dtype (no conversion happens)."""
+    if q_dtype in FP8_DTYPES:
+        if out_dtype_ is None:
+            return torch.bfloat16
+        if out_dtype_ not in OUT_DTYPES:
+            raise ValueError("out_dtype: must be torch.bfloat16 or torch.float16 with FP8 inputs, "
+                             f"got {out_dtype_}")
+        return out_dtype_
+    if out_dtype_ is not None and out_dtype_ != q_dtype:
+        raise ValueError(f"out_dtype: only with FP8 inputs (torch.float8_e4m3fn); {q_dtype} "
+                         f"inputs give a {q_dtype} output, got out_dtype={out_dtype_}")
+    return q_dtype
+
+
+def descales(q, batch, heads_kv, **named):
+    """FP8 descales (q_descale=..., k_descale=..., v_descale=...): each None, or fp32
+    (batch, heads_kv) on q's device (one factor per sequence and KV head; for varlen batch is
+    the number of sequences), with FP8 inputs only."""
+    for name, t in named.items():
+        if t is None:
+            continue
+        if q.dtype not in FP8_DTYPES:
+            raise ValueError(f"{name}: only with FP8 inputs (torch.float8_e4m3fn), got q.dtype "
+                             f"{q.dtype}")
+        _tensor(name, t, 2, "(batch, heads_kv)")
+        if t.dtype != torch.float32:
+            raise ValueError(f"{name}.dtype: must be torch.float32, got {t.dtype}")
+        _same(f"{name}.shape", tuple(t.shape), (batch, heads_kv), "(batch, heads_kv)")
+        _same(f"{name}.device", t.device, q.device, "q.device")
+
+
+def forward_only(q, k, v, **descales_):
+    """FP8 inputs have no backward: refuses an FP8 q, k or v, or a descale, that requires grad
+    (callers check only where autograd would record the call: grad mode on)."""
+    if q.dtype not in FP8_DTYPES:  # 16-bit inputs with descales are refused by descales()
+        return
+    for name, t in dict(q=q, k=k, v=v, **descales_).items():
+        if t is not None and t.requires_grad:
+            raise _lib.UnsupportedError(
+                f"{name}: requires grad, but FP8 (torch.float8_e4m3fn) attention is forward-only "
+                "(no backward); detach it or run under torch.no_grad()")
 
 
 def backward(q, dout, out, lse, out_shape, lse_shape):

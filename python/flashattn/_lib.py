@@ -11,7 +11,8 @@ import threading
 
 # Status codes of c_api.h.
 OK, INVALID_ARGUMENT, UNSUPPORTED, CUDA_ERROR, INTERNAL_ERROR = 0, 1, 2, 3, 4
-# Element types of c_api.h (forward has no FP8 kernel: UNSUPPORTED; decode reads an E4M3 cache).
+# Element types of c_api.h (forward runs E4M3 inputs with an out_dtype; decode reads an E4M3
+# cache; E5M2 has no kernel: UNSUPPORTED).
 BF16, FP16, E4M3, E5M2 = 0, 1, 2, 3
 
 _LIB_NAME = "libflashattn_c.so"
@@ -27,7 +28,7 @@ class UnsupportedError(ValueError):
 
 
 class Params(ctypes.Structure):
-    """Mirror of flashattn_c_fwd_params, version 4 (304 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_fwd_params, version 5 (336 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -67,13 +68,18 @@ class Params(ctypes.Structure):
         ("num_blocks", ctypes.c_int32),
         ("page_size", ctypes.c_int32),
         ("reserved3", ctypes.c_uint32),
+        ("out_dtype", ctypes.c_int32),  # version 5: FP8 inputs (o's type, BF16 or FP16)
+        ("reserved4", ctypes.c_uint32),
+        ("q_descale", ctypes.c_void_p),
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(Params), **fields)
 
 
-assert ctypes.sizeof(Params) == 304 and Params.q.offset == 64 and Params.q_stride.offset == 128
+assert ctypes.sizeof(Params) == 336 and Params.q.offset == 64 and Params.q_stride.offset == 128
 
 
 class DecodeParams(ctypes.Structure):

@@ -12,15 +12,28 @@ returned for the inputs that require them. The backward runs on the forward's fa
 one ("cpu", "fa2"), else on "auto" ("cpu" for CPU tensors, the GPU backward for CUDA tensors).
 deterministic=True makes it bitwise reproducible (a fixed accumulation order; slower on the
 GPU). The returned LSE carries no gradient (lse.requires_grad is False).
+
+FP8: torch.float8_e4m3fn q, k and v (with the keywords q_descale, k_descale, v_descale and
+out_dtype) run forward only: an FP8 input or a descale that requires grad raises
+flashattn.UnsupportedError while grad mode is on.
 """
 import torch
 
 from . import _checks, _lib, ops
 
 
+def _forward_only(q, k, v, q_descale, k_descale, v_descale):
+    # Only where autograd would record the call: under torch.no_grad FP8 inputs that require
+    # grad are fine (nothing is recorded).
+    if torch.is_grad_enabled():
+        _checks.forward_only(q, k, v, q_descale=q_descale, k_descale=k_descale,
+                             v_descale=v_descale)
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     return_lse=False, kernel="auto", *, sinks=None, deterministic=False,
-                    softcap=0.0):
+                    softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
+                    out_dtype=None):
     """Attention over (batch, seqlen, heads, head_dim) tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k: (batch, seqlen_k, heads_kv, head_dim);
@@ -40,26 +53,40 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     softcap * tanh(scores / softcap) before masking and softmax (families k6, fa2, cpu; the
     backward on fa2 and cpu).
 
+    FP8 (forward only): q, k, v torch.float8_e4m3fn (families k7 on Hopper, which `auto` picks
+    for CUDA tensors, and cpu). q_descale, k_descale, v_descale: optional fp32 (batch, heads_kv)
+    on q's device, one factor per sequence and KV head (FlashAttention-3's convention; None:
+    1.0, and each must be finite and > 0): attention runs on the dequantised inputs
+    q_descale * q, k_descale * k, v_descale * v (query head h uses KV head h // (heads_q /
+    heads_kv)'s q_descale). out_dtype: torch.bfloat16 (the default for FP8 inputs) or
+    torch.float16, the output's dtype; with 16-bit inputs only None or their own dtype. The LSE
+    is fp32 in true units (of the dequantised scores). Not with sinks, softcap or block_table.
+
     Differentiable: gradients flow to q, k, v and sinks where they require them (the backward
     reads this call's out and lse, saved by autograd); the returned lse carries none.
 
-    Returns out (batch, seqlen_q, heads_q, head_dim_v), contiguous, in q's dtype; with
+    Returns out (batch, seqlen_q, heads_q, head_dim_v), contiguous, in q's dtype (out_dtype
+    for FP8 inputs); with
     return_lse, (out, lse) where lse is (batch, heads_q, seqlen_q) fp32, natural log (the log of
     the softmax denominator, sink included), -inf for rows that see no key (their output is 0;
     with sinks their lse is the sink).
     """
     _checks.dense(q, k, v)
+    _checks.descales(q, q.shape[0], k.shape[2], q_descale=q_descale, k_descale=k_descale,
+                     v_descale=v_descale)
+    _forward_only(q, k, v, q_descale, k_descale, v_descale)
     left, right = _checks.window(window_size)
     out, lse = ops.fwd(q, k, v, 0.0 if softmax_scale is None else float(softmax_scale),
                        bool(causal), left, right, kernel, sinks, bool(deterministic),
-                       float(softcap))
+                       float(softcap), q_descale, k_descale, v_descale, out_dtype)
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1),
                            return_lse=False, kernel="auto", *, sinks=None, deterministic=False,
-                           softcap=0.0, block_table=None):
+                           softcap=0.0, block_table=None, q_descale=None, k_descale=None,
+                           v_descale=None, out_dtype=None):
     """Attention over packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k: (total_k, heads_kv, head_dim);
@@ -81,16 +108,23 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     unspecified). On CUDA the keys and values used are gathered into library workspace first
     (one extra read and write of them). No backward: gradients raise UnsupportedError.
 
+    FP8: q_descale, k_descale, v_descale and out_dtype as flash_attn_func, the descales
+    (batch, heads_kv) with batch the number of sequences (cu_seqlens_q.shape[0] - 1).
+
     Returns out (total_q, heads_q, head_dim_v); with return_lse, (out, lse), lse (heads_q,
     total_q) fp32.
     """
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table)
+    _checks.descales(q, cu_seqlens_q.shape[0] - 1, k.shape[-2], q_descale=q_descale,
+                     k_descale=k_descale, v_descale=v_descale)
+    _forward_only(q, k, v, q_descale, k_descale, v_descale)
     left, right = _checks.window(window_size)
     out, lse = ops.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                               int(max_seqlen_k),
                               0.0 if softmax_scale is None else float(softmax_scale),
                               bool(causal), left, right, kernel, sinks, bool(deterministic),
-                              float(softcap), block_table)
+                              float(softcap), block_table, q_descale, k_descale, v_descale,
+                              out_dtype)
     return (out, lse) if return_lse else out
 
 

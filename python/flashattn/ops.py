@@ -77,22 +77,39 @@ def _run(params, q, kernel, call=None):
         call(params, kid)
 
 
+def _set_fp8(params, o_dtype, *descales):
+    """params.out_dtype and the descale pointers (ForwardParams'; q_descale, k_descale, v_descale
+    in that order, each None or fp32 (batch, heads_kv)). Returns the contiguous descales, which
+    must outlive the call."""
+    params.out_dtype = _checks.DTYPE_CODES[o_dtype]
+    dense = [None if t is None else t.contiguous() for t in descales]
+    params.q_descale, params.k_descale, params.v_descale = (
+        None if t is None else t.data_ptr() for t in dense)
+    return dense
+
+
 # ---- flashattn::fwd -----------------------------------------------------------------------------
 @torch.library.custom_op(
     "flashattn::fwd", mutates_args=(),
     schema="(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
            "int window_right, str kernel, Tensor? sinks=None, bool deterministic=False, "
-           "float softcap=0.0) -> (Tensor, Tensor)")
+           "float softcap=0.0, Tensor? q_descale=None, Tensor? k_descale=None, "
+           "Tensor? v_descale=None, ScalarType? out_dtype=None) -> (Tensor, Tensor)")
 def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
-        deterministic=False, softcap=0.0):
+        deterministic=False, softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
+        out_dtype=None):
     """out (batch, seqlen_q, heads_q, head_dim_v) and lse (batch, heads_q, seqlen_q), fp32.
     `deterministic` is the backward's (the forward is always deterministic). softcap: 0 off, else
-    scores become softcap * tanh(scores / softcap) (ForwardParams::softcap)."""
+    scores become softcap * tanh(scores / softcap) (ForwardParams::softcap). FP8 (e4m3) q, k, v:
+    out is out_dtype (None: bf16), the descales fp32 (batch, heads_kv) or None (1.0)."""
     _checks.dense(q, k, v)  # again, for callers of torch.ops.flashattn.fwd itself
     _checks.sinks(sinks, q, q.shape[2])
+    _checks.descales(q, q.shape[0], k.shape[2], q_descale=q_descale, k_descale=k_descale,
+                     v_descale=v_descale)
+    o_dtype = _checks.out_dtype(q.dtype, out_dtype)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     batch, seqlen_q, heads_q, _ = q.shape
-    out = torch.empty((batch, seqlen_q, heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
+    out = torch.empty((batch, seqlen_q, heads_q, v.shape[-1]), dtype=o_dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     if batch == 0 or seqlen_q == 0:  # nothing to compute (the library refuses batch 0)
         return out, lse
@@ -111,15 +128,19 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks
     if sinks is not None:
         sinks = sinks.contiguous()
         params.sinks = _ptr(sinks)
+    keep = _set_fp8(params, o_dtype, q_descale, k_descale, v_descale)
     _run(params, q, kernel)
+    del keep
     return out, lse
 
 
 @fwd.register_fake
 def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
-      deterministic=False, softcap=0.0):
+      deterministic=False, softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
+      out_dtype=None):
     batch, seqlen_q, heads_q, _ = q.shape
-    out = q.new_empty((batch, seqlen_q, heads_q, v.shape[-1]))
+    out = q.new_empty((batch, seqlen_q, heads_q, v.shape[-1]),
+                      dtype=_checks.out_dtype(q.dtype, out_dtype))
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
     return out, lse
 
@@ -130,20 +151,26 @@ def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=N
     schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
            "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
            "int window_left, int window_right, str kernel, Tensor? sinks=None, "
-           "bool deterministic=False, float softcap=0.0, Tensor? block_table=None) "
-           "-> (Tensor, Tensor)")
+           "bool deterministic=False, float softcap=0.0, Tensor? block_table=None, "
+           "Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "
+           "ScalarType? out_dtype=None) -> (Tensor, Tensor)")
 def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                causal, window_left, window_right, kernel, sinks=None, deterministic=False,
-               softcap=0.0, block_table=None):
+               softcap=0.0, block_table=None, q_descale=None, k_descale=None, v_descale=None,
+               out_dtype=None):
     """out (total_q, heads_q, head_dim_v) and lse (heads_q, total_q), fp32. `deterministic` is
     the backward's. With block_table (int32 (batch, max_blocks_per_seq)), k and v are a paged
-    cache (num_blocks, page_size, heads_kv, head_dim[_v]) (ForwardParams::block_table)."""
+    cache (num_blocks, page_size, heads_kv, head_dim[_v]) (ForwardParams::block_table). FP8
+    inputs: as fwd, the descales (batch, heads_kv) with batch the number of sequences."""
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table)
     _checks.sinks(sinks, q, q.shape[1])
+    _checks.descales(q, cu_seqlens_q.shape[0] - 1, k.shape[-2], q_descale=q_descale,
+                     k_descale=k_descale, v_descale=v_descale)
+    o_dtype = _checks.out_dtype(q.dtype, out_dtype)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     total_q, heads_q, _ = q.shape
-    out = torch.empty((total_q, heads_q, v.shape[-1]), dtype=q.dtype, device=q.device)
+    out = torch.empty((total_q, heads_q, v.shape[-1]), dtype=o_dtype, device=q.device)
     lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
     paged = block_table is not None
     dims = _dims(batch=cu_seqlens_q.numel() - 1, seqlen_q=max_seqlen_q, seqlen_k=max_seqlen_k,
@@ -180,16 +207,19 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if sinks is not None:
         sinks = sinks.contiguous()
         params.sinks = _ptr(sinks)
+    keep = _set_fp8(params, o_dtype, q_descale, k_descale, v_descale)
     _run(params, q, kernel)
+    del keep
     return out, lse
 
 
 @varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
       window_left, window_right, kernel, sinks=None, deterministic=False, softcap=0.0,
-      block_table=None):
+      block_table=None, q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     total_q, heads_q, _ = q.shape
-    out = q.new_empty((total_q, heads_q, v.shape[-1]))
+    out = q.new_empty((total_q, heads_q, v.shape[-1]),
+                      dtype=_checks.out_dtype(q.dtype, out_dtype))
     lse = q.new_empty((heads_q, total_q), dtype=torch.float32)
     return out, lse
 
@@ -422,8 +452,15 @@ def _save(ctx, q, k, v, out, lse, sinks, sinks_index, *extra):
     ctx.sinks_index = sinks_index
 
 
+def _fp8_forward_only(q, k, v, fp8):
+    # FP8 inputs have no backward: refused when autograd would record one (the descales, when
+    # the op was called with them, are the trailing inputs `fp8`; out_dtype is not a tensor).
+    _checks.forward_only(q, k, v, **dict(zip(("q_descale", "k_descale", "v_descale"), fp8)))
+
+
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, scale, causal, left, right, kernel, sinks, deterministic, softcap = inputs
+    q, k, v, scale, causal, left, right, kernel, sinks, deterministic, softcap, *fp8 = inputs
+    _fp8_forward_only(q, k, v, fp8[:3])
     _save(ctx, q, k, v, *output, sinks, 8)
     ctx.softcap = softcap
     ctx.args = (scale, bool(causal), left, right, bool(deterministic), backward_kernel(kernel))
@@ -439,10 +476,11 @@ def _fwd_backward(ctx, grad_out, grad_lse):
 
 def _varlen_setup_context(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right, kernel, sinks,
-     deterministic, softcap, *paged) = inputs
+     deterministic, softcap, *rest) = inputs
+    _fp8_forward_only(q, k, v, rest[1:4])
     _save(ctx, q, k, v, *output, sinks, 12, cu_q, cu_k)
     ctx.softcap = softcap
-    ctx.paged = bool(paged) and paged[0] is not None
+    ctx.paged = bool(rest) and rest[0] is not None
     ctx.args = (max_q, max_k, scale, bool(causal), left, right, bool(deterministic),
                 backward_kernel(kernel))
 

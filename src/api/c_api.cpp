@@ -42,16 +42,19 @@ static_assert(std::size(kAllKernels) == FLASHATTN_C_KERNEL_K8 + 1);
 
 // The struct's layout; the Python mirror (python/flashattn/_lib.py) checks the same numbers.
 // Version 1 ended at 256 bytes (before `sinks`), version 2 at 264 (before `softcap`), version 3
-// at 272 (before `block_table`): callers built against them still run, with no sinks, no softcap
-// and no block table (read_versioned zero-fills the tail they do not know). `reserved2` pads
-// version 3 and `reserved3` version 4 to a multiple of 8 bytes.
+// at 272 (before `block_table`), version 4 at 304 (before `out_dtype`): callers built against
+// them still run, with no sinks, no softcap, no block table, and FP8 inputs written as bf16 with
+// no descales (read_versioned zero-fills the tail they do not know; 0 is FLASHATTN_C_BF16).
+// `reserved2` pads version 3, `reserved3` version 4 and `reserved4` the int32 out_dtype of
+// version 5 to a multiple of 8 bytes.
 static_assert(offsetof(flashattn_c_fwd_params, q) == 64);
 static_assert(offsetof(flashattn_c_fwd_params, q_stride) == 128);
 constexpr size_t kV1Size = 256;
 static_assert(offsetof(flashattn_c_fwd_params, sinks) == kV1Size);
 static_assert(offsetof(flashattn_c_fwd_params, softcap) == 264);      // version 2's size
 static_assert(offsetof(flashattn_c_fwd_params, block_table) == 272);  // version 3's size
-static_assert(sizeof(flashattn_c_fwd_params) == 304);
+static_assert(offsetof(flashattn_c_fwd_params, out_dtype) == 304);    // version 4's size
+static_assert(sizeof(flashattn_c_fwd_params) == 336);
 
 // The decode struct's layout; version 1 ended at 368 bytes (before `sinks`); `reserved3` pads
 // version 4 (the rotary fields) to a multiple of 8 bytes.
@@ -92,7 +95,9 @@ static_assert(sizeof(flashattn_c_bwd_params) == 440);
   FIELD(o_stride, o.stride) FIELD(sinks, sinks) FIELD(softcap, softcap) HEADER(reserved2)       \
   FIELD(block_table, block_table) FIELD(block_table_stride, block_table_stride)                 \
   FIELD(max_blocks_per_seq, max_blocks_per_seq) FIELD(num_blocks, num_blocks)                   \
-  FIELD(page_size, page_size) HEADER(reserved3)
+  FIELD(page_size, page_size) HEADER(reserved3) FIELD(out_dtype, out_dtype)                     \
+  HEADER(reserved4) FIELD(q_descale, q_descale) FIELD(k_descale, k_descale)                     \
+  FIELD(v_descale, v_descale)
 
 #define FLASHATTN_C_DECODE_FIELDS(HEADER, FIELD)                                                \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
@@ -207,10 +212,19 @@ Status invalid(std::string msg) {
   return {StatusCode::invalid_argument, std::move(msg)};
 }
 
+// A FLASHATTN_C_* element type code in field `name`.
+Status check_dtype_code(const char* name, int32_t code) {
+  if (code >= FLASHATTN_C_BF16 && code <= FLASHATTN_C_E5M2) return Status::success();
+  return invalid(std::string(name) +
+                 ": must be FLASHATTN_C_BF16 (0), FLASHATTN_C_FP16 (1), FLASHATTN_C_E4M3 (2) or "
+                 "FLASHATTN_C_E5M2 (3), got " +
+                 std::to_string(code));
+}
+
 // The checks every versioned params struct of the ABI shares: non-null, at least version 1's
-// size, reserved and reserved2 0 (where the struct has them), a known dtype. Only the caller's prefix is read: a
-// larger struct from a newer caller keeps its unknown tail to itself; every field of version 1 is
-// required.
+// size, the reserved fields 0 (those the struct has), a known dtype. Only the caller's prefix is
+// read: a larger struct from a newer caller keeps its unknown tail to itself; every field of
+// version 1 is required.
 template <class CParams>
 Status read_versioned(const CParams* in, size_t v1_size, const char* type, CParams& out) {
   if (in == nullptr) return invalid("params: must not be null");
@@ -230,13 +244,11 @@ Status read_versioned(const CParams* in, size_t v1_size, const char* type, CPara
     if (out.reserved3 != 0)
       return invalid("reserved3: must be 0, got " + std::to_string(out.reserved3));
   }
-  if (out.dtype < FLASHATTN_C_BF16 || out.dtype > FLASHATTN_C_E5M2) {
-    return invalid(
-        "dtype: must be FLASHATTN_C_BF16 (0), FLASHATTN_C_FP16 (1), FLASHATTN_C_E4M3 "
-        "(2) or FLASHATTN_C_E5M2 (3), got " +
-        std::to_string(out.dtype));
+  if constexpr (requires { out.reserved4; }) {
+    if (out.reserved4 != 0)
+      return invalid("reserved4: must be 0, got " + std::to_string(out.reserved4));
   }
-  return Status::success();
+  return check_dtype_code("dtype", out.dtype);
 }
 
 // One field from the C struct into the C++ params (`name` is the C field's, for messages).
@@ -252,7 +264,10 @@ Status copy_field(const char* name, int32_t from, bool& to) {
   to = from != 0;
   return Status::success();
 }
-Status copy_field(const char*, int32_t from, DType& to) {  // range checked by read_versioned
+// dtype (already checked by read_versioned) and out_dtype: any element type code; which ones a
+// call may use are validation's rules (out_dtype bf16 or fp16 with FP8 inputs, else ignored).
+Status copy_field(const char* name, int32_t from, DType& to) {
+  if (Status s = check_dtype_code(name, from); !s.ok()) return s;
   to = static_cast<DType>(from);
   return Status::success();
 }
@@ -294,14 +309,6 @@ Converted convert(const flashattn_c_fwd_params* in) {
   flashattn_c_fwd_params p{};
   c.status = read_versioned(in, kV1Size, "flashattn_c_fwd_params", p);
   if (c.status.ok()) c.status = copy_fields(p, c.params);
-  // FP8 inputs need ForwardParams::out_dtype and the descales, which this struct does not carry
-  // yet: left at their defaults, o would be written as bf16 into a caller's one-byte buffer.
-  if (c.status.ok() && (c.params.dtype == DType::e4m3 || c.params.dtype == DType::e5m2)) {
-    c.status = {StatusCode::unsupported,
-                std::string("dtype: ") + dtype_name(c.params.dtype) +
-                    " has no kernel in the C ABI yet (flashattn_c_fwd_params has no out_dtype "
-                    "or descales; the C++ forward() runs e4m3)"};
-  }
   return c;
 }
 

@@ -32,7 +32,7 @@ def _assert_layout(struct, expected):
 
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
-    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 304
+    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 336
     assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 440
     assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 440
     assert flashattn.library_version() == flashattn.__version__
@@ -63,21 +63,89 @@ def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
     assert _lib.library_fields(struct) == _lib.mirror_fields(struct) == ours
 
 
-def test_fp8_dtype_is_known_and_unsupported():
-    # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check; forward refuses them as a dtype with no
-    # kernel in the C ABI (its params have no out_dtype or descales yet); 4 is no dtype at all.
-    q = ctypes.create_string_buffer(4096)
-    for code, name in ((_lib.E4M3, "e4m3"), (_lib.E5M2, "e5m2")):
-        p = _lib.Params(dtype=code, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1, heads_kv=1,
-                        head_dim=64, q=ctypes.addressof(q), k=ctypes.addressof(q),
-                        v=ctypes.addressof(q), o=ctypes.addressof(q))
-        assert _lib.can_implement(p, 0) == (
-            _lib.UNSUPPORTED, f"dtype: {name} has no kernel in the C ABI yet "
-            "(flashattn_c_fwd_params has no out_dtype or descales; the C++ forward() runs e4m3)")
-        with pytest.raises(flashattn.UnsupportedError, match=f"dtype: {name} has no kernel"):
-            _lib.forward(p, _lib.kernel_id("cpu"))
+def _fwd_shape_params(**kw):
+    """Forward params whose shape rules read no memory: placeholder pointers."""
+    fields = dict(dtype=_lib.BF16, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1, heads_kv=1,
+                  head_dim=64, window_left=-1, window_right=-1)
+    fields.update(kw)
+    return _lib.Params(**fields)
+
+
+def test_fp8_dtypes_through_the_abi():
+    # FLASHATTN_C_E4M3/E5M2 pass the ABI's dtype check: e4m3 runs on cpu (the first refusal of
+    # these placeholder params is the null q), e5m2 nowhere; 4 is no dtype at all.
+    assert _lib.can_implement(_fwd_shape_params(dtype=_lib.E4M3), _lib.kernel_id("cpu")) == (
+        _lib.INVALID_ARGUMENT, "q.data: must not be null")
+    assert _lib.can_implement(_fwd_shape_params(dtype=_lib.E5M2), 0) == (
+        _lib.UNSUPPORTED, "dtype: e5m2 has no kernel in this build (FP8 inputs run as e4m3)")
+    with pytest.raises(flashattn.UnsupportedError, match="dtype: e5m2 has no kernel"):
+        _lib.forward(_fwd_shape_params(dtype=_lib.E5M2), _lib.kernel_id("cpu"))
     code, msg = _lib.can_implement(_lib.Params(dtype=4), 0)
     assert code == _lib.INVALID_ARGUMENT and msg.startswith("dtype: must be FLASHATTN_C_BF16 (0)")
+
+
+def test_fp8_fields_reserved4_and_older_sizes():
+    """Version 5 appends out_dtype, reserved4 and the three descales (336 bytes): their rules are
+    read from a struct of the current size; a caller of version 4 (304 bytes) is not read past
+    its end (a zero-filled tail: o in bf16, no descales)."""
+    params = _fwd_shape_params
+    assert _lib.can_implement(params(reserved4=1), 0) == (
+        _lib.INVALID_ARGUMENT, "reserved4: must be 0, got 1")
+    assert _lib.can_implement(params(dtype=_lib.E4M3, out_dtype=9), 0) == (
+        _lib.INVALID_ARGUMENT, "out_dtype: must be FLASHATTN_C_BF16 (0), FLASHATTN_C_FP16 (1), "
+        "FLASHATTN_C_E4M3 (2) or FLASHATTN_C_E5M2 (3), got 9")
+    assert _lib.can_implement(params(dtype=_lib.E4M3, out_dtype=_lib.E4M3), 0) == (
+        _lib.INVALID_ARGUMENT,
+        "out_dtype: must be bf16 or fp16 with FP8 inputs (o's element type), got e4m3")
+    for name in ("q_descale", "k_descale", "v_descale"):
+        assert _lib.can_implement(params(**{name: 64}), 0) == (
+            _lib.INVALID_ARGUMENT, f"{name}: only with FP8 inputs (dtype e4m3), got dtype bf16")
+    _older_caller_is_not_read_past(params(out_dtype=9, reserved4=1, q_descale=64), 304,
+                                   _lib.can_implement,
+                                   ("out_dtype", "reserved4", "descale"), (0,))
+    _assert_layout(_lib.Params, {
+        "out_dtype": ("int32", 304), "reserved4": ("uint32", 308),
+        "q_descale": ("pointer", 312), "k_descale": ("pointer", 320),
+        "v_descale": ("pointer", 328)})
+
+
+def test_fp8_forward_honours_out_dtype_and_descales_and_a_version_4_caller_gets_defaults():
+    """e4m3 through flashattn_c_forward on the cpu family: out_dtype fp16 and the descales are
+    honoured (bitwise the fp16 run on the dequantised inputs; exact descales make descale * x
+    exact in fp16). The same struct passed with version 4's size is read as o in bf16 and no
+    descales: its out_dtype and descales (which would change the result) are not read."""
+    import torch
+
+    b, s, hq, hkv, d = 2, 24, 4, 2, 64
+    q, k, v = (torch.randn(b, s, h, d).to(torch.float8_e4m3fn) for h in (hq, hkv, hkv))
+    descales = [torch.tensor([[0.5, 2.0], [1.5, 0.75]]), torch.tensor([[2.0, 1.0], [0.25, 1.5]]),
+                torch.tensor([[1.25, 0.5], [2.0, 4.0]])]
+
+    def deq(t, dsc, dtype):  # query head h uses KV head h // (hq / hkv)'s descale
+        per_head = dsc.repeat_interleave(t.shape[2] // hkv, dim=1)
+        return (t.float() * per_head[:, None, :, None]).to(dtype)
+
+    def run(o, struct_size=None):
+        st = (ctypes.c_int64 * 4)
+        p = _lib.Params(dtype=_lib.E4M3, batch=b, seqlen_q=s, seqlen_k=s, heads_q=hq,
+                        heads_kv=hkv, head_dim=d, window_left=-1, window_right=-1,
+                        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                        q_stride=st(*q.stride()), k_stride=st(*k.stride()),
+                        v_stride=st(*v.stride()), o_stride=st(*o.stride()),
+                        out_dtype=_lib.FP16, q_descale=descales[0].data_ptr(),
+                        k_descale=descales[1].data_ptr(), v_descale=descales[2].data_ptr())
+        if struct_size is not None:
+            p.struct_size = struct_size
+        _lib.forward(p, _lib.kernel_id("cpu"))
+        return o
+
+    got = run(torch.empty(b, s, hq, d, dtype=torch.float16))
+    want = flashattn.flash_attn_func(*(deq(t, dsc, torch.float16)
+                                       for t, dsc in zip((q, k, v), descales)), kernel="cpu")
+    assert torch.equal(got, want)
+    got = run(torch.empty(b, s, hq, d, dtype=torch.bfloat16), struct_size=304)
+    assert torch.equal(got, flashattn.flash_attn_func(
+        q.bfloat16(), k.bfloat16(), v.bfloat16(), kernel="cpu"))
 
 
 def test_decode_fp8_is_a_cache_dtype_not_a_q_dtype():
