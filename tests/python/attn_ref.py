@@ -214,3 +214,105 @@ def check_grads(got, q, k, v, dout, scale=None, causal=False, window=(-1, -1), s
             f"{name}: max|g-ref| {err:.3g} > 2*max|g_pt-ref| {2 * err_pt:.3g} + atol {atol:.3g}")
         errors[name] = (err, err_pt, atol)
     return errors
+
+
+# ---- FP8 (e4m3) forward -------------------------------------------------------------------------
+FP8_P_OFFSET = 256.0  # reference.h's kFp8POffset: P in [0, 256] before its rounding to e4m3
+E4M3_MAX = 448.0
+# Hopper's FP8 tensor cores accumulate Q·Kᵀ with about 14 bits, not fp32's 24 (check.cpp's
+# kFp8ScoreRelTol): the LSE budget adds 2^-12 of the largest |scale|·Σ_i |q_i·k_i| of a visible
+# (row, key) pair, on the dequantised inputs.
+FP8_SCORE_REL_TOL = 1.0 / 4096
+
+
+def per_query_head(descale, heads):
+    """A (batch, heads_kv) descale as a factor broadcast over (batch, seqlen, heads, dim): query
+    head h uses KV head h // (heads / heads_kv)'s value. None: 1."""
+    if descale is None:
+        return 1.0
+    return descale.repeat_interleave(heads // descale.shape[1], dim=1)[:, None, :, None]
+
+
+def dequantise(x8, descale, dtype):
+    """descale * float(x8), in `dtype` (exact in bf16/fp16 for descales of a few bits)."""
+    return (x8.float() * per_query_head(descale, x8.shape[2])).to(dtype)
+
+
+def fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, out_dtype, scale=None,
+                  causal=False, window=(-1, -1)):
+    """FlashAttention-3's FP8 oracle (reference.h): (ref out fp64 (b, sq, hq, dv), ref lse fp64
+    (b, hq, sq), pt out fp64, pt lse fp64, the largest visible |scale|·Σ|q_i·k_i|). ref: exact
+    attention in fp64 on the dequantised inputs. pt: the
+    same math in bf16 on them (descale * x rounded to bf16, fp32 logits and sums), P = exp(s - m)
+    scaled by 256 and rounded to e4m3 before P·V, the row sum of the unrounded P, o rounded to
+    out_dtype. Rows that see no key: 0 (lse -inf)."""
+    sq, sk, d = q8.shape[1], k8.shape[1], q8.shape[3]
+    scale = d ** -0.5 if scale is None else scale
+    mask = visible_mask(sq, sk, causal, window, q8.device)
+    seen = mask.any(dim=1).view(1, 1, sq, 1)
+    descales = (q_descale, k_descale, v_descale)
+
+    def logits_of(q, k):
+        s = (q @ k.transpose(-1, -2)) * scale
+        return s.masked_fill(~mask, float("-inf"))
+
+    group = q8.shape[2] // k8.shape[2]
+    qd, kd, vd = (
+        (x.double() * (per_query_head(ds, x.shape[2]) if ds is not None else 1.0))
+        .repeat_interleave(1 if i == 0 else group, dim=2).transpose(1, 2)
+        for i, (x, ds) in enumerate(zip((q8, k8, v8), descales)))
+    s = logits_of(qd, kd)
+    lse = torch.logsumexp(s, dim=-1) if sk > 0 else s.new_full(s.shape[:3], float("-inf"))
+    p = torch.where(seen, torch.softmax(torch.where(seen, s, 0.0), dim=-1), 0.0)
+    p = torch.where(mask, p, 0.0)
+    ref = p @ vd
+    score_abs = ((qd.abs() @ kd.abs().transpose(-1, -2)) * abs(scale)).masked_fill(~mask, 0.0)
+    score_abs = score_abs.max().item() if score_abs.numel() else 0.0
+
+    qb, kb, vb = _heads_first(*(dequantise(x, ds, torch.bfloat16)
+                                for x, ds in zip((q8, k8, v8), descales)))
+    s32 = logits_of(qb, kb)
+    m = (torch.where(seen, s32.amax(dim=-1, keepdim=True), 0.0) if sk > 0
+         else s32.new_zeros(s32.shape[:3] + (1,)))
+    w = torch.where(mask, torch.exp(s32 - m), 0.0)
+    total = w.sum(dim=-1, keepdim=True)
+    w8 = (w * FP8_P_OFFSET).to(torch.float8_e4m3fn).float()
+    pt = (w8 @ vb) / torch.where(seen, total * FP8_P_OFFSET, 1.0)
+    pt = torch.where(seen, pt, 0.0).to(out_dtype).double()
+    pt_lse = (m + torch.log(total)).squeeze(-1).double()
+    return ref.transpose(1, 2), lse, pt.transpose(1, 2), pt_lse, score_abs
+
+
+def check_fp8(out, lse, q8, k8, v8, q_descale=None, k_descale=None, v_descale=None,
+              out_dtype=torch.bfloat16, scale=None, causal=False, window=(-1, -1)):
+    """Asserts the FP8 oracle max|out - ref| <= 2·max|pt - ref| + atol (atol twice out_dtype's
+    rounding step at the reference values) and the C++ oracle's LSE rule, in true units:
+    max|lse - ref| <= 2·max|pt_lse - ref| + 1e-4·(1 + max|ref|) + 2^-12·score_abs, -inf exactly
+    where a row sees no key. Returns (err, err_pt, atol, rmse against ref)."""
+    ref, ref_lse, pt, pt_lse, score_abs = fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, out_dtype,
+                                     scale, causal, window)
+    assert out.shape == ref.shape and out.dtype == out_dtype, (out.shape, out.dtype)
+    out = out.double()
+    assert torch.isfinite(out).all(), "output has NaN/inf (unwritten or overflow)"
+    if out.numel() == 0:
+        return 0.0, 0.0, 0.0, 0.0
+    err = (out - ref).abs().max().item()
+    err_pt = (pt - ref).abs().max().item()
+    atol = 2 * rounding_floor(ref.float(), out_dtype)
+    rmse = (out - ref).pow(2).mean().sqrt().item()
+    assert err <= 2 * err_pt + atol, (
+        f"max|out-ref| {err:.3g} > 2*max|pt-ref| {2 * err_pt:.3g} + atol {atol:.3g}")
+    if lse is not None:
+        assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
+        lse = lse.double()
+        masked = torch.isneginf(ref_lse)
+        assert torch.equal(torch.isneginf(lse), masked), "LSE -inf rows differ from the reference"
+        assert not torch.isnan(lse).any() and not torch.isposinf(lse).any()
+        if (~masked).any():
+            lse_err = (lse[~masked] - ref_lse[~masked]).abs().max().item()
+            lse_err_pt = (pt_lse[~masked] - ref_lse[~masked]).abs().max().item()
+            lse_atol = (LSE_REL_TOL * (1 + ref_lse[~masked].abs().max().item())
+                        + FP8_SCORE_REL_TOL * score_abs)
+            assert lse_err <= 2 * lse_err_pt + lse_atol, (
+                f"max|lse-ref| {lse_err:.3g} > 2*{lse_err_pt:.3g} + {lse_atol:.3g}")
+    return err, err_pt, atol, rmse
