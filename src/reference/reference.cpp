@@ -3,6 +3,7 @@
 // use; visibility is asked per (row, key) so the reference does not trust the range helpers that
 // the tiled code relies on.
 #include "flashattn/reference.h"
+#include "reference/rounding.h"
 
 #include <cmath>
 #include <limits>
@@ -49,8 +50,10 @@ void masked_row(int dv, double* out, double* lse) {
 }
 
 // Exact softmax(q·Kᵀ·scale)·V in double, max-subtracted so large logits do not overflow.
+// `score_abs`, if given, receives the largest |scale|·Σ_i |q_i·k_i| over the row's visible keys
+// (the bound on a score's accumulation error is a multiple of it).
 void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int row, double* out,
-              double* lse) {
+              double* lse, double* score_abs = nullptr) {
   const int d = p.head_dim, dv = host::head_dim_v_of(p);
   const double scale =
       p.softmax_scale != 0.f ? double{p.softmax_scale} : 1.0 / std::sqrt(static_cast<double>(d));
@@ -65,9 +68,16 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
   double m = -std::numeric_limits<double>::infinity();
   for (int j = 0; j < p.seqlen_k; ++j) {
     if (!mask.visible(row, j)) continue;
-    double dot = 0;
-    for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
+    double dot = 0, dot_abs = 0;
+    for (int i = 0; i < d; ++i) {
+      const double term = q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
+      dot += term;
+      dot_abs += std::abs(term);
+    }
     logit[j] = dot * rv.k_descale * scale;
+    if (score_abs != nullptr) {
+      *score_abs = std::max(*score_abs, dot_abs * std::abs(rv.k_descale * scale));
+    }
     if (softcap > 0) logit[j] = softcap * std::tanh(logit[j] / softcap);
     m = std::max(m, logit[j]);
   }
@@ -172,6 +182,12 @@ void forward_row(const ForwardParams& params, Precision precision, int batch, in
   } else {
     row_emulate(params, mask, batch, head, row, out, lse);
   }
+}
+
+void forward_row_fp64_score_abs(const ForwardParams& params, int batch, int head, int row,
+                                double* out, double* lse, double* score_abs) {
+  *score_abs = 0;
+  row_fp64(params, host::mask_of(params), batch, head, row, out, lse, score_abs);
 }
 
 void forward(const ForwardParams& params, Precision precision, double* out, double* lse) {

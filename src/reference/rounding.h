@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/host_dtype.h"
+#include "flashattn/flashattn.h"
 
 namespace flashattn::reference {
 
@@ -16,5 +17,10 @@ inline double rounding_floor(double ref, DType dtype) {
   const float back = round_to(up - 0.3f, dtype);
   return std::abs(double{back} - ref);
 }
+
+// forward_row at fp64, also giving the largest |scale|·Σ_i |q_i·k_i| over the row's visible keys
+// (0 for a row that sees none): the FP8 check's bound on a score's accumulation error (check.cpp).
+void forward_row_fp64_score_abs(const ForwardParams& params, int batch, int head, int row,
+                                double* out, double* lse, double* score_abs);
 
 }  // namespace flashattn::reference
