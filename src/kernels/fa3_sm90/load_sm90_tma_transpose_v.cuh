@@ -24,11 +24,11 @@
 
 namespace flashattn::fa3 {
 
-// Waits for the phase of `parity` of an mbarrier with the warp suspended in hardware (try_wait's
-// suspend-time hint) rather than re-polling: the followers wait most of the time, on the
-// schedulers the consumers' issue-bound softmax needs (ncu, d 128 16k: the three schedulers that
-// hold a follower issued 45% more instructions than the fourth, about 2.5 times the transpose's
-// own count).
+// Waits for the phase of `parity` of an mbarrier with try_wait's suspend-time hint (the warp may
+// sleep in hardware until the phase completes). Tried because the three schedulers that hold a
+// follower issued 45% more instructions than the fourth (ncu, d 128 16k), in case the followers'
+// polling was the cause: it was not (the same instruction counts with and without; the transpose
+// itself was, see transpose_v_sm90.cuh). Kept: every final measurement ran with it.
 __device__ __forceinline__ void wait_suspended(const void* barrier, uint32_t parity) {
   constexpr uint32_t kSuspendNs = 1000000;
   asm volatile(
