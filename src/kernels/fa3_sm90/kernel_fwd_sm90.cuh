@@ -23,10 +23,6 @@
 
 namespace flashattn::fa3 {
 
-// The tile slots in shared memory (load_sm90_tma.cuh's asm volatile accesses).
-__device__ __forceinline__ void store_tile_slot(int* slot, int tile) { store_shared_int(slot, tile); }
-__device__ __forceinline__ int load_tile_slot(const int* slot) { return load_shared_int(slot); }
-
 // MainloopT is a mainloop collective over an instantiation's Config (MainloopT::Cfg), with its
 // kernel parameters (MainloopT::Params) and load collective (MainloopT::Load); EpilogueT stores
 // what it leaves in registers. The schedule says which warp does what.
@@ -89,7 +85,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         if (tile < num_tiles) w = tile_work(params, tile);
         if (announced > 0) Barrier::wait(&ss.q_empty, (announced - 1) & 1);  // slot, Q free
         FA_TRACE(0, kProdTile, 0);
-        store_tile_slot(&ss.tile, min(tile, num_tiles));
+        store_shared_int(&ss.tile, min(tile, num_tiles));
         if (tile >= num_tiles) {
           Barrier::arrive(&ss.q_full);
           loader.finish(ss, ring, state);
@@ -104,7 +100,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
         Barrier::wait(&ss.next_ready, announced & 1);
         FA_TRACE(0, kProdNext, 0);
-        tile = load_tile_slot(&ss.next_tile);
+        tile = load_shared_int(&ss.next_tile);
       }
     }
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
@@ -155,7 +151,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // it as soon as this one is known, from the counter (uneven tiles) or the static rounds.
     for (int t = 0;; ++t) {
       Barrier::wait(&ss.q_full, t & 1);
-      const int tile = load_tile_slot(&ss.tile);
+      const int tile = load_shared_int(&ss.tile);
       if (tile >= num_tiles) {
         FA_TRACE(1 + consumer.wg, kExit, 0);
         epilogue.finish();
@@ -166,7 +162,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         const int next = params.tile_counter != nullptr
                              ? atomicAdd(params.tile_counter, 1) + grid_blocks
                              : params.scheduler.tile_of(t + 1, blockIdx.x, grid_blocks);
-        store_tile_slot(&ss.next_tile, next);
+        store_shared_int(&ss.next_tile, next);
         Barrier::arrive(&ss.next_ready);
       }
       const TileWork w = tile_work(params, tile);

@@ -1,9 +1,9 @@
-// The FP8 forward's load collective: K6's TMA loads, plus V turned around in shared memory by the
-// whole producer warpgroup (transpose_v_sm90.cuh), because 8-bit wgmma reads its B operand
-// K-major only. Three pipelines instead of two:
+// The FP8 forward's load collective: K6's TMA loads, plus V turned around in shared memory by
+// warps 1-3 of the producer warpgroup (transpose_v_sm90.cuh), because 8-bit wgmma reads its B
+// operand K-major only. Three pipelines instead of two:
 //   k      TMA -> consumers                       (as Loader's)
-//   v_raw  TMA -> the producer warpgroup          V as stored, C::kStages stages
-//   v      producer warpgroup -> consumers        Vᵀ, C::kStages stages: what the mainloop reads
+//   v_raw  TMA -> warps 1-3                       V as stored, C::kStages stages
+//   v      warps 1-3 -> consumers                 Vᵀ, C::kStages stages: what the mainloop reads
 // The leader (thread 0) walks the tiles and issues every TMA exactly as K6's producer thread
 // does (and keeps to its registers: a leader that also transposed spilled at d 64, whose three
 // consumer warpgroups leave the producer warpgroup 32 registers). Warps 1-3, the followers,
@@ -23,24 +23,6 @@
 #include "kernels/fa3_sm90/transpose_v_sm90.cuh"
 
 namespace flashattn::fa3 {
-
-// Waits for the phase of `parity` of an mbarrier with try_wait's suspend-time hint (the warp may
-// sleep in hardware until the phase completes). Tried because the three schedulers that hold a
-// follower issued 45% more instructions than the fourth (ncu, d 128 16k), in case the followers'
-// polling was the cause: it was not (the same instruction counts with and without; the transpose
-// itself was, see transpose_v_sm90.cuh). Kept: every final measurement ran with it.
-__device__ __forceinline__ void wait_suspended(const void* barrier, uint32_t parity) {
-  constexpr uint32_t kSuspendNs = 1000000;
-  asm volatile(
-      "{\n"
-      "  .reg .pred done;\n"
-      "WAIT_%=:\n"
-      "  mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
-      "  @!done bra WAIT_%=;\n"
-      "}\n" ::"r"(cute::cast_smem_ptr_to_uint(barrier)),
-      "r"(parity), "r"(kSuspendNs)
-      : "memory");
-}
 
 template <class C>
 struct LoaderTransposeV {
@@ -106,7 +88,7 @@ struct LoaderTransposeV {
   // ring.v_raw.consumer_wait(st.raw)).
   __device__ __forceinline__ void transpose_landed(SharedStorage& ss, Ring& ring,
                                                    FollowerState& st) const {
-    wait_suspended(&ss.pipeline_v.empty_barrier_[st.v.index()], st.v.phase());
+    ring.v.producer_acquire(st.v);
     transpose_v<C, kFollowers>(ss.v_raw.data(), st.raw.index(), ss.v.data(), st.v.index(),
                                threadIdx.x % 128 - (128 - kFollowers));
     // The stores, visible to the consumers' wgmma (the async proxy) before the stage is full.
@@ -138,7 +120,8 @@ struct LoaderTransposeV {
   // were, then completes the next raw stage without data, which wakes the followers to read it.
   __device__ __forceinline__ void finish(SharedStorage& ss, Ring& ring, ProducerState& st) const {
     ProducerState drained = st;
-    for (int s = 0; s < C::kStages; ++s, ++drained) {  // stage of block count + s: block + s - kStages
+    // The stage of block count + s was last filled with block count + s - kStages.
+    for (int s = 0; s < C::kStages; ++s, ++drained) {
       ss.pipeline_v_raw.empty_barrier_[drained.index()].wait(drained.phase());
     }
     store_shared_int(&ss.v_blocks, st.count());
@@ -147,12 +130,13 @@ struct LoaderTransposeV {
         ring.v_raw.producer_get_barrier(st), 0, C::kBytesV);
   }
 
-  // The followers: every landed block, until the leader's count says there are no more. (The count is INT_MAX until the leader is out of tiles, and is published before the
-  // stage that follows the last block completes.)
+  // The followers: every landed block, until the leader's count says there are no more. (The
+  // count is INT_MAX until the leader is out of tiles, and is published before the stage that
+  // follows the last block completes.)
   __device__ __forceinline__ void follow_transposes(SharedStorage& ss, Ring& ring) const {
     FollowerState st{cutlass::make_producer_start_state<PipelineV>(), {}};
     for (int done = 0;; ++done) {
-      wait_suspended(&ss.pipeline_v_raw.full_barrier_[st.raw.index()], st.raw.phase());
+      ring.v_raw.consumer_wait(st.raw);
       if (done == load_shared_int(&ss.v_blocks)) return;
       transpose_landed(ss, ring, st);
     }
