@@ -38,9 +38,10 @@ Status make_params(const Problem& p, const DebugOptions& debug, Params<C>& param
   const int tokens_q = varlen ? p.total_q : p.seqlen_q;
   const int tokens_k = varlen ? p.total_k : p.seqlen_k;
   params.p = p;
-  auto q = gmem_tensor<typename C::Element>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
-  auto k = gmem_tensor<typename C::Element>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
-  auto v = gmem_tensor<typename C::Element>(p.v, tokens_k, kHeadDimV, p.heads_kv, batch, p.v_stride);
+  using E = typename C::Element;
+  auto q = gmem_tensor<E>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
+  auto k = gmem_tensor<E>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
+  auto v = gmem_tensor<E>(p.v, tokens_k, kHeadDimV, p.heads_kv, batch, p.v_stride);
   using Tma = typename C::Tma;
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename C::SmemLayoutQ{}, typename Tma::TileQ{},
                                _1{});
@@ -52,7 +53,8 @@ Status make_params(const Problem& p, const DebugOptions& debug, Params<C>& param
   params.shape_k = k.shape();
   params.shape_v = v.shape();
   if constexpr (C::kTmaStoreO) {
-    auto o = gmem_tensor<typename C::ElementO>(p.o, tokens_q, kHeadDimV, p.heads_q, batch, p.o_stride);
+    auto o =
+        gmem_tensor<typename C::ElementO>(p.o, tokens_q, kHeadDimV, p.heads_q, batch, p.o_stride);
     params.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename C::SmemLayoutOWG{},
                                  product_each(shape(typename C::SmemLayoutOWG{})), _1{});
     params.shape_o = o.shape();

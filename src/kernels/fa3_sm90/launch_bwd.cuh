@@ -33,10 +33,11 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
   ParamsBwd<C> params;
   params.bp = bp;
   params.ws = ws;
-  auto q = gmem_tensor<typename C::Element>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
-  auto dout = gmem_tensor<typename C::Element>(bp.dout, tokens_q, kHeadDim, p.heads_q, batch, bp.dout_stride);
-  auto k = gmem_tensor<typename C::Element>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
-  auto v = gmem_tensor<typename C::Element>(p.v, tokens_k, kHeadDim, p.heads_kv, batch, p.v_stride);
+  using E = typename C::Element;
+  auto q = gmem_tensor<E>(p.q, tokens_q, kHeadDim, p.heads_q, batch, p.q_stride);
+  auto dout = gmem_tensor<E>(bp.dout, tokens_q, kHeadDim, p.heads_q, batch, bp.dout_stride);
+  auto k = gmem_tensor<E>(p.k, tokens_k, kHeadDim, p.heads_kv, batch, p.k_stride);
+  auto v = gmem_tensor<E>(p.v, tokens_k, kHeadDim, p.heads_kv, batch, p.v_stride);
   // The accumulator: (heads_q, rows, d) with rows = b·seqlen_q + i (padded) or the packed token.
   const int64_t dq_stride[3] = {static_cast<int64_t>(p.seqlen_q) * kHeadDim, kHeadDim,
                                 ws.rows * kHeadDim};
