@@ -59,6 +59,31 @@ struct HostProblem {
   }
 };
 
+// The one check of every rule table below: the rule's mutation of a valid problem (HostProblem,
+// or a wrapper holding one as `h`) is refused by can_implement with `code` and a message
+// containing `rule.says`, and forward() refuses the same way without writing the output.
+HostProblem& host_of(HostProblem& h) { return h; }
+template <class Wrapper>
+HostProblem& host_of(Wrapper& g) {
+  return g.h;
+}
+template <class Problem, class RuleT>
+void expect_rule_refused(const RuleT& rule, fa::StatusCode code) {
+  Problem g;
+  HostProblem& h = host_of(g);
+  const fa::Status base = fa::can_implement(h.p, fa::Kernel::cpu);
+  ASSERT_TRUE(base.ok()) << "the base problem must be valid: " << base.message;
+  rule.mutate(g);
+  const fa::Status s = fa::can_implement(h.p, fa::Kernel::cpu);
+  EXPECT_EQ(s.code, code) << rule.name << ": " << s.message;
+  EXPECT_NE(s.message.find(rule.says), std::string::npos)
+      << rule.name << ": message was \"" << s.message << "\"";
+  const fa::Status f = fa::forward(h.p, fa::Kernel::cpu);
+  EXPECT_EQ(f.code, code);
+  EXPECT_EQ(f.message, s.message);
+  EXPECT_TRUE(h.output_untouched()) << rule.name << ": a refused call wrote the output";
+}
+
 struct Rule {
   const char* name;
   std::function<void(HostProblem&)> mutate;
@@ -308,19 +333,7 @@ const std::vector<PagedRule>& paged_rules() {
 class PagedValidationRule : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(PagedValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
-  const PagedRule& rule = paged_rules()[GetParam()];
-  PagedProblem g;
-  const fa::Status base = fa::can_implement(g.h.p, fa::Kernel::cpu);
-  ASSERT_TRUE(base.ok()) << "the base paged problem must be valid: " << base.message;
-  rule.mutate(g);
-  const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::cpu);
-  EXPECT_EQ(s.code, fa::StatusCode::invalid_argument) << rule.name << ": " << s.message;
-  EXPECT_NE(s.message.find(rule.says), std::string::npos)
-      << rule.name << ": message was \"" << s.message << "\"";
-  const fa::Status f = fa::forward(g.h.p, fa::Kernel::cpu);
-  EXPECT_EQ(f.code, s.code);
-  EXPECT_EQ(f.message, s.message);
-  EXPECT_TRUE(g.h.output_untouched()) << rule.name << ": a refused call wrote the output";
+  expect_rule_refused<PagedProblem>(paged_rules()[GetParam()], fa::StatusCode::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRules, PagedValidationRule,
@@ -354,17 +367,7 @@ class ValidationRule : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(ValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
   const Rule& rule = rules()[GetParam()];
-  HostProblem h;
-  ASSERT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok()) << "the base problem must be valid";
-  rule.mutate(h);
-  const fa::Status s = fa::can_implement(h.p, fa::Kernel::cpu);
-  EXPECT_EQ(s.code, rule.code) << rule.name << ": " << s.message;
-  EXPECT_NE(s.message.find(rule.says), std::string::npos)
-      << rule.name << ": message was \"" << s.message << "\"";
-  const fa::Status f = fa::forward(h.p, fa::Kernel::cpu);
-  EXPECT_EQ(f.code, rule.code);
-  EXPECT_EQ(f.message, s.message);
-  EXPECT_TRUE(h.output_untouched()) << rule.name << ": a refused call wrote the output";
+  expect_rule_refused<HostProblem>(rule, rule.code);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRules, ValidationRule, ::testing::Range<size_t>(0, rules().size()),
@@ -536,18 +539,7 @@ class Fp8ValidationRule : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(Fp8ValidationRule, RefusedWithNamedArgumentAndNothingWritten) {
   const Fp8Rule& rule = fp8_rules()[GetParam()];
-  Fp8Problem g;
-  const fa::Status base = fa::can_implement(g.h.p, fa::Kernel::cpu);
-  ASSERT_TRUE(base.ok()) << "the base FP8 problem must be valid: " << base.message;
-  rule.mutate(g);
-  const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::cpu);
-  EXPECT_EQ(s.code, rule.code) << rule.name << ": " << s.message;
-  EXPECT_NE(s.message.find(rule.says), std::string::npos)
-      << rule.name << ": message was \"" << s.message << "\"";
-  const fa::Status f = fa::forward(g.h.p, fa::Kernel::cpu);
-  EXPECT_EQ(f.code, s.code);
-  EXPECT_EQ(f.message, s.message);
-  EXPECT_TRUE(g.h.output_untouched()) << rule.name << ": a refused call wrote the output";
+  expect_rule_refused<Fp8Problem>(rule, rule.code);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRules, Fp8ValidationRule,
