@@ -70,6 +70,31 @@ def rounding_floor(ref, dtype):
     return (back - ref).abs().max().item() if ref.numel() else 0.0
 
 
+def assert_out(out, ref, pt, atol):
+    """FlashAttention's rule on an output: max|out - ref| <= 2·max|pt - ref| + atol (out, ref
+    and pt of one dtype, not empty). Returns (max|out - ref|, max|pt - ref|)."""
+    err = (out - ref).abs().max().item()
+    err_pt = (pt - ref).abs().max().item()
+    assert err <= 2 * err_pt + atol, (
+        f"max|out-ref| {err:.3g} > 2*max|pt-ref| {2 * err_pt:.3g} + atol {atol:.3g}")
+    return err, err_pt
+
+
+def assert_lse(lse, ref_lse, budget=lambda finite: 0.0):
+    """The LSE rule: fp32 of ref_lse's shape, -inf exactly where ref_lse is (a row that sees no
+    key), no NaN or +inf, and max|lse - ref| <= 1e-4·(1 + max|ref|) + budget(finite rows' mask)."""
+    assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
+    lse = lse.to(ref_lse.dtype)
+    masked = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), masked), "LSE -inf rows differ from the reference"
+    assert not torch.isnan(lse).any() and not torch.isposinf(lse).any()
+    finite = ~masked
+    if finite.any():
+        lse_err = (lse[finite] - ref_lse[finite]).abs().max().item()
+        lse_atol = LSE_REL_TOL * (1 + ref_lse[finite].abs().max().item()) + budget(finite)
+        assert lse_err <= lse_atol, f"max|lse-ref| {lse_err:.3g} > {lse_atol:.3g}"
+
+
 def check(out, lse, q, k, v, scale=None, causal=False, window=(-1, -1)):
     """Asserts the oracle for out (and lse when given); returns the errors for printing."""
     ref, ref_lse, pt = reference(q, k, v, scale, causal, window)
@@ -77,22 +102,10 @@ def check(out, lse, q, k, v, scale=None, causal=False, window=(-1, -1)):
     assert out.dtype == q.dtype
     out = out.float()
     assert torch.isfinite(out).all(), "output has NaN/inf (unwritten or overflow)"
-    err = (out - ref).abs().max().item() if out.numel() else 0.0
-    err_pt = (pt - ref).abs().max().item() if out.numel() else 0.0
     atol = 2 * rounding_floor(ref, q.dtype)
-    assert err <= 2 * err_pt + atol, (
-        f"max|out-ref| {err:.3g} > 2*max|pt-ref| {2 * err_pt:.3g} + atol {atol:.3g}")
+    err, err_pt = assert_out(out, ref, pt, atol) if out.numel() else (0.0, 0.0)
     if lse is not None:
-        assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
-        lse = lse.float()
-        masked = torch.isneginf(ref_lse)
-        assert torch.equal(torch.isneginf(lse), masked), "LSE -inf rows differ from the reference"
-        assert not torch.isnan(lse).any() and not torch.isposinf(lse).any()
-        finite = ~masked
-        if finite.any():
-            lse_err = (lse[finite] - ref_lse[finite]).abs().max().item()
-            lse_atol = LSE_REL_TOL * (1 + ref_lse[finite].abs().max().item())
-            assert lse_err <= lse_atol, f"max|lse-ref| {lse_err:.3g} > {lse_atol:.3g}"
+        assert_lse(lse, ref_lse)
     return err, err_pt, atol
 
 
@@ -289,30 +302,18 @@ def check_fp8(out, lse, q8, k8, v8, q_descale=None, k_descale=None, v_descale=No
     rounding step at the reference values) and the C++ oracle's LSE rule, in true units:
     max|lse - ref| <= 2·max|pt_lse - ref| + 1e-4·(1 + max|ref|) + 2^-12·score_abs, -inf exactly
     where a row sees no key. Returns (err, err_pt, atol, rmse against ref)."""
-    ref, ref_lse, pt, pt_lse, score_abs = fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, out_dtype,
-                                     scale, causal, window)
+    ref, ref_lse, pt, pt_lse, score_abs = fp8_reference(
+        q8, k8, v8, q_descale, k_descale, v_descale, out_dtype, scale, causal, window)
     assert out.shape == ref.shape and out.dtype == out_dtype, (out.shape, out.dtype)
     out = out.double()
     assert torch.isfinite(out).all(), "output has NaN/inf (unwritten or overflow)"
     if out.numel() == 0:
         return 0.0, 0.0, 0.0, 0.0
-    err = (out - ref).abs().max().item()
-    err_pt = (pt - ref).abs().max().item()
     atol = 2 * rounding_floor(ref.float(), out_dtype)
     rmse = (out - ref).pow(2).mean().sqrt().item()
-    assert err <= 2 * err_pt + atol, (
-        f"max|out-ref| {err:.3g} > 2*max|pt-ref| {2 * err_pt:.3g} + atol {atol:.3g}")
+    err, err_pt = assert_out(out, ref, pt, atol)
     if lse is not None:
-        assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
-        lse = lse.double()
-        masked = torch.isneginf(ref_lse)
-        assert torch.equal(torch.isneginf(lse), masked), "LSE -inf rows differ from the reference"
-        assert not torch.isnan(lse).any() and not torch.isposinf(lse).any()
-        if (~masked).any():
-            lse_err = (lse[~masked] - ref_lse[~masked]).abs().max().item()
-            lse_err_pt = (pt_lse[~masked] - ref_lse[~masked]).abs().max().item()
-            lse_atol = (LSE_REL_TOL * (1 + ref_lse[~masked].abs().max().item())
-                        + FP8_SCORE_REL_TOL * score_abs)
-            assert lse_err <= 2 * lse_err_pt + lse_atol, (
-                f"max|lse-ref| {lse_err:.3g} > 2*{lse_err_pt:.3g} + {lse_atol:.3g}")
+        assert_lse(lse, ref_lse, lambda finite: (
+            2 * (pt_lse[finite] - ref_lse[finite]).abs().max().item()
+            + FP8_SCORE_REL_TOL * score_abs))
     return err, err_pt, atol, rmse
