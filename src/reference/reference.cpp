@@ -68,14 +68,13 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
   double m = -std::numeric_limits<double>::infinity();
   for (int j = 0; j < p.seqlen_k; ++j) {
     if (!mask.visible(row, j)) continue;
-    double dot = 0, dot_abs = 0;
-    for (int i = 0; i < d; ++i) {
-      const double term = q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
-      dot += term;
-      dot_abs += std::abs(term);
-    }
+    double dot = 0;
+    for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
     logit[j] = dot * rv.k_descale * scale;
-    if (score_abs != nullptr) {
+    if (score_abs != nullptr) {  // (FP8's check only: a second pass, off every other check's path)
+      double dot_abs = 0;
+      for (int i = 0; i < d; ++i)
+        dot_abs += std::abs(q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype));
       *score_abs = std::max(*score_abs, dot_abs * std::abs(rv.k_descale * scale));
     }
     if (softcap > 0) logit[j] = softcap * std::tanh(logit[j] / softcap);
