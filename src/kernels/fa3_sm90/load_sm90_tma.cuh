@@ -73,10 +73,10 @@ struct Loader {
   __device__ __forceinline__ static ProducerState start_state() {
     return cutlass::make_producer_start_state<PipelineKV>();
   }
-  // The hooks of a loader with followers (LoaderTransposeV): nothing to do here.
+  // The hooks of a loader with followers (LoaderTransposeV): nothing to do here. (Its
+  // follow_transposes is called only where kFollowers > 0.)
   __device__ __forceinline__ static void init_shared(SharedStorage&) {}
   __device__ __forceinline__ void finish(SharedStorage&, Ring&, ProducerState&) const {}
-  __device__ __forceinline__ void follow_transposes(SharedStorage&, Ring&) const {}
 
   // The three TMA descriptors into the descriptor cache (one thread, at kernel start).
   __device__ __forceinline__ void prefetch_descriptors() const {
