@@ -203,6 +203,20 @@ struct ForwardParams {
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;
 
+  // K8: FP8 inputs with one descale per block of rows (block quantisation; quantize_fp8() in
+  // flashattn/fp8.h makes them from bf16/fp16 tensors). fp32, contiguous, in the memory the
+  // kernel reads:
+  //     q_block_descale (batch, heads_q,  ceil(seqlen_q / rows.q))
+  //     k_block_descale, v_block_descale (batch, heads_kv, ceil(seqlen_k / rows.kv))
+  // with rows = fp8_block_rows(head_dim): block i of a sequence covers its rows
+  // [i·rows, (i+1)·rows), and rows.kv is the kernel's key block, so each block of scores
+  // Q·Kᵀ is rescaled by one q and one k descale per row (no extra GEMM). All three or none; with
+  // them the per-head descales above must be null, and kernel k8 (or auto) runs. Dense batches
+  // only (no cu_seqlens, no block_table). Finite and > 0: the caller's duty, as for the descales.
+  const float* q_block_descale = nullptr;
+  const float* k_block_descale = nullptr;
+  const float* v_block_descale = nullptr;
+
   void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
 
   DebugOptions debug;  // ablation and diagnosis switches; the defaults are the measured best
@@ -224,3 +238,4 @@ void set_contiguous_layout(ForwardParams& params);
 }  // namespace flashattn
 #include "flashattn/decode.h"    // decode(): KV-cache attention (after the types it uses)
 #include "flashattn/backward.h"  // backward(): gradients of forward()
+#include "flashattn/fp8.h"       // quantize_fp8(): bf16/fp16 -> e4m3 with block descales (K8)

@@ -58,6 +58,14 @@ struct Problem {
   const float* q_descale = nullptr;
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;
+  // K8: one descale per block of rows (ForwardParams::q/k/v_block_descale), or null; rows per
+  // block fp8_block_rows(head_dim), set by make_problem when the block descales are.
+  const float* q_block_descale = nullptr;
+  const float* k_block_descale = nullptr;
+  const float* v_block_descale = nullptr;
+  int q_block_rows = 0;
+  int kv_block_rows = 0;
+  FA_HD bool block_scaled() const { return q_block_descale != nullptr; }
 
   void* stream = nullptr;
 };
@@ -106,6 +114,14 @@ inline Problem make_problem(const ForwardParams& p) {
   pr.q_descale = p.q_descale;
   pr.k_descale = p.k_descale;
   pr.v_descale = p.v_descale;
+  if (p.q_block_descale != nullptr) {
+    const Fp8BlockRows rows = fp8_block_rows(p.head_dim);
+    pr.q_block_descale = p.q_block_descale;
+    pr.k_block_descale = p.k_block_descale;
+    pr.v_block_descale = p.v_block_descale;
+    pr.q_block_rows = rows.q;
+    pr.kv_block_rows = rows.kv;
+  }
   return pr;
 }
 

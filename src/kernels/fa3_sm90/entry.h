@@ -14,6 +14,8 @@ Status k5_forward(const Problem& problem, const DebugOptions& debug);
 Status k6_forward(const Problem& problem, const DebugOptions& debug);
 // K7: K6's schedule with the FP8 (e4m3) mainloop, for kFp8HeadDims; o in problem.out_dtype.
 Status k7_forward(const Problem& problem, const DebugOptions& debug);
+// K8: K7 with one descale per block of rows (problem.block_scaled(); dense batches).
+Status k8_forward(const Problem& problem, const DebugOptions& debug);
 // The Hopper backward (wgmma main kernel, launch_bwd.cu) for kBwdSm90HeadDims.
 Status k6_backward(const BackwardProblem& problem);
 
