@@ -3,9 +3,9 @@
 # nvcc command it is given with ptxas -v and the intermediates kept, then fails the build when
 #   - ptxas spilled registers or reports wgmma serialized / setmaxnreg ignored ("Potential
 #     Performance Loss"), or
-#   - a tensor-core kernel instantiation (inst/k4_*..k7_*, bwd_sm90_*) has no wgmma.mma_async in
-#     its PTX, or a warp-specialized one (k5_*, k6_*, k7_*, bwd_sm90_*) no setmaxnreg, or
-#   - in a K6 or K7 (FP8) object, the softmax is not between the mainloop's two wgmma waits (no MUFU.EX2
+#   - a tensor-core kernel instantiation (inst/k4_*..k8_*, bwd_sm90_*) has no wgmma.mma_async in
+#     its PTX, or a warp-specialized one (k5_*, k6_*, k7_*, k8_*, bwd_sm90_*) no setmaxnreg, or
+#   - in a K6, K7 or K8 (FP8) object, the softmax is not between the mainloop's two wgmma waits (no MUFU.EX2
 #     between `WARPGROUP.DEPBAR.LE gsb0, 0x1` and the next `0x0`): ptxas once hoisted P·V's wait
 #     above the softmax in every K6 kernel and the intra-warpgroup overlap was silently lost. This
 #     check reads the SASS, so it needs cuobjdump ($FLASHATTN_CUOBJDUMP, on PATH, in
@@ -45,10 +45,10 @@ case "$src" in
       *) grep -q "wgmma.mma_async" "$ptx" || fail "no wgmma.mma_async in the PTX (built for sm_90a?)" ;;
     esac
     case "$(basename "$src")" in
-      k5_* | k6_* | k7_* | bwd_sm90_*) grep -q "setmaxnreg" "$ptx" || fail "no setmaxnreg in the PTX" ;;
+      k5_* | k6_* | k7_* | k8_* | bwd_sm90_*) grep -q "setmaxnreg" "$ptx" || fail "no setmaxnreg in the PTX" ;;
     esac
     case "$(basename "$src")" in
-      k6_* | k7_*)
+      k6_* | k7_* | k8_*)
         dump=${FLASHATTN_CUOBJDUMP:-$(command -v cuobjdump || true)}
         for c in "${CUDA_HOME:-/usr/local/cuda}/bin/cuobjdump" \
           "$(dirname "$0")/../.deps/cuobjdump/nvidia/cu13/bin/cuobjdump"; do

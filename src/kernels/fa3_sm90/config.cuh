@@ -86,6 +86,7 @@ struct Config {
   using POperand = POperand16;
   static constexpr int kPOffset = 0;  // log2 offset of P (OnlineSoftmax)
   static constexpr bool kDescales = false;   // FP8's per-(sequence, KV head) descales
+  static constexpr bool kBlockScales = false;  // K8's per-block descales
   static constexpr bool kTransposeV = false;  // V read by P·V as TMA lands it
   using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;

@@ -6,14 +6,15 @@
 //     buffers, SmemLayoutV as TMA lands it and SmemLayoutVt as the GEMM reads it;
 //   - P is e4m3 in registers (POperandE4m3), its keys relabelled instead of shuffled, and
 //     offset by 2^8 (kPOffset) to use e4m3's range;
-//   - the q·k and v descales of each (sequence, KV head) scale the softmax and O (kDescales).
+//   - the q·k and v descales of each (sequence, KV head) scale the softmax and O (kDescales), or
+//     (K8, kBlockScales) one descale per block of rows does (BlockScaledSoftmax).
 #pragma once
 
 #include "kernels/fa3_sm90/config.cuh"
 
 namespace flashattn::fa3 {
 
-template <class ElementO_, int kHeadDim_, class Schedule_>
+template <class ElementO_, int kHeadDim_, class Schedule_, bool kBlockScales_ = false>
 struct ConfigFp8 {
   using Element = cutlass::float_e4m3_t;
   using ElementO = ElementO_;  // cutlass::bfloat16_t or cutlass::half_t
@@ -23,7 +24,8 @@ struct ConfigFp8 {
   // (Offset 4 with the conditional rescale's slack of 4 back measured the same: d 128 16k 816
   // against 804 TFLOP/s, within noise.)
   static constexpr int kPOffset = 8;
-  static constexpr bool kDescales = true;
+  static constexpr bool kBlockScales = kBlockScales_;  // K8: per-block descales
+  static constexpr bool kDescales = !kBlockScales;     // K7: per (sequence, KV head)
   static constexpr bool kTransposeV = true;  // LoaderTransposeV
   using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;

@@ -15,7 +15,7 @@ namespace flashattn::fa3 {
 
 template <class Element, int kHeadDim, int kHeadDimV, class Schedule>
 Status run_forward(const Problem& p, const DebugOptions& debug);  // launch.cuh
-template <class ElementO, int kHeadDim, class Schedule>
+template <class ElementO, int kHeadDim, class Schedule, bool kBlockScales>
 Status run_forward_fp8(const Problem& p, const DebugOptions& debug);  // launch.cuh
 
 // The element type TMA and wgmma are typed by, for a dtype.
@@ -48,14 +48,21 @@ Status k5_forward(const Problem& problem, const DebugOptions& debug) {
 Status k6_forward(const Problem& problem, const DebugOptions& debug) {
   return fa3::dispatch<fa3::ScheduleK6, kHeadDims>(problem, debug);
 }
-// K7: dispatched on O's dtype (q, k and v are e4m3).
-Status k7_forward(const Problem& p, const DebugOptions& debug) {
+// K7 and K8: dispatched on O's dtype (q, k and v are e4m3).
+template <bool kBlockScales>
+Status fp8_forward(const char* name, const Problem& p, const DebugOptions& debug) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return Status::success();
   return flashattn::dispatch<kFp8HeadDims>(
-      "k7", p.out_dtype, p.head_dim, p.head_dim_v, [&](auto dtype, auto dims) {
+      name, p.out_dtype, p.head_dim, p.head_dim_v, [&](auto dtype, auto dims) {
         return fa3::run_forward_fp8<fa3::Element<decltype(dtype)::value>, decltype(dims)::qk,
-                                    fa3::ScheduleK6>(p, debug);
+                                    fa3::ScheduleK6, kBlockScales>(p, debug);
       });
+}
+Status k7_forward(const Problem& p, const DebugOptions& debug) {
+  return fp8_forward<false>("k7", p, debug);
+}
+Status k8_forward(const Problem& p, const DebugOptions& debug) {
+  return fp8_forward<true>("k8", p, debug);
 }
 
 }  // namespace flashattn

@@ -130,10 +130,21 @@ Status run_forward(const Problem& p, const DebugOptions& debug) {
   return run_forward_config<Config<Element, kHeadDim, kHeadDimV, Schedule>>(p, debug);
 }
 
-// K7: e4m3 q, k, v; O in ElementO.
-template <class ElementO, int kHeadDim, class Schedule>
+// K7: e4m3 q, k, v; O in ElementO. K8 (kBlockScales): with per-block descales, whose blocks
+// must be the config's tiles (fp8_block_rows() hands out these).
+template <class ElementO, int kHeadDim, class Schedule, bool kBlockScales = false>
 Status run_forward_fp8(const Problem& p, const DebugOptions& debug) {
-  return run_forward_config<ConfigFp8<ElementO, kHeadDim, Schedule>>(p, debug);
+  using C = ConfigFp8<ElementO, kHeadDim, Schedule, kBlockScales>;
+  if constexpr (kBlockScales) {
+    if (!p.block_scaled() || p.q_block_rows != C::kBlockM || p.kv_block_rows != C::kBlockN ||
+        p.cu_seqlens_q != nullptr) {
+      return {StatusCode::invalid_argument,
+              "k8: needs q/k/v_block_descale in blocks of " + std::to_string(C::kBlockM) +
+                  " query rows and " + std::to_string(C::kBlockN) +
+                  " keys (fp8_block_rows) on a dense batch"};
+    }
+  }
+  return run_forward_config<C>(p, debug);
 }
 
 }  // namespace flashattn::fa3

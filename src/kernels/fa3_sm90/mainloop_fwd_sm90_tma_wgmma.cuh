@@ -9,7 +9,8 @@
 // The epilogue (epilogue_fwd_sm90.cuh) takes O and the softmax state from here. What an FP8
 // config changes comes from the config, not from branches here: how P becomes P·V's A operand
 // (C::POperand), the pipeline V arrives on and its loader (C::kTransposeV), P's offset and the
-// descales (C::kPOffset, C::kDescales).
+// descales (C::kPOffset, C::kDescales), or K8's per-block descales (C::kBlockScales:
+// softmax_block_scaled_sm90.cuh).
 #pragma once
 
 #include <type_traits>
@@ -24,6 +25,7 @@
 #include "kernels/fa3_sm90/load_sm90_tma_transpose_v.cuh"
 #include "kernels/fa3_sm90/params_fwd_sm90.cuh"
 #include "kernels/fa3_sm90/schedule.cuh"
+#include "kernels/fa3_sm90/softmax_block_scaled_sm90.cuh"
 #include "kernels/fa3_sm90/softmax_sm90.cuh"
 #include "kernels/fa3_sm90/tile_work.cuh"
 #include "kernels/fa3_sm90/timeline.cuh"
@@ -45,7 +47,8 @@ struct MainloopFwd {
   using PipelineKV = typename C::PipelineKV;
   using PipelineV = typename C::PipelineV;
   using PipelineState = cutlass::PipelineState<C::kStages>;
-  using Softmax = OnlineSoftmax<2, C::kPOffset>;
+  using Softmax = std::conditional_t<C::kBlockScales, BlockScaledSoftmax<2, C::kPOffset>,
+                                     OnlineSoftmax<2, C::kPOffset>>;
   using POperand = typename C::POperand;
   using FragO = decltype(partition_fragment_C(typename C::TiledMmaPV{},
                                               Shape<Int<C::kBlockM>, Int<C::kHeadDimV>>{}));
@@ -67,20 +70,68 @@ struct MainloopFwd {
   }
 
   // The tile's softmax: scale_log2 > 0 (a negative scale flips S instead), times the q and k
-  // descales of the tile's sequence and KV head (C::kDescales; null: 1).
+  // descales of the tile's sequence and KV head (C::kDescales; null: 1), or (C::kBlockScales)
+  // with the per-block descales of the tile's rows and keys.
   __device__ __forceinline__ Softmax make_softmax(const TileWork& w) const {
     float scale_log2 = fabsf(problem.scale_log2);
-    if constexpr (C::kDescales) {
-      const int i = w.c.batch * problem.heads_kv + w.h_kv;
-      if (problem.q_descale != nullptr) scale_log2 *= problem.q_descale[i];
-      if (problem.k_descale != nullptr) scale_log2 *= problem.k_descale[i];
+    if constexpr (C::kBlockScales) {
+      return make_block_scaled_softmax(w, scale_log2);
+    } else {
+      if constexpr (C::kDescales) {
+        const int i = w.c.batch * problem.heads_kv + w.h_kv;
+        if (problem.q_descale != nullptr) scale_log2 *= problem.q_descale[i];
+        if (problem.k_descale != nullptr) scale_log2 *= problem.k_descale[i];
+      }
+      return Softmax(scale_log2);
     }
-    return Softmax(scale_log2);
   }
 
-  // O of a finished tile times the v descale of its sequence and KV head (C::kDescales).
-  __device__ __forceinline__ void descale_o(FragO& tOrO, const TileWork& w) const {
-    if constexpr (C::kDescales) {
+  // K8: each of the thread's two rows takes its query block's descale (a tile aligned to the
+  // sequence's end straddles two blocks); dv_max is the largest v descale of the key blocks the
+  // tile visits, a max over the warp's lanes.
+  __device__ __forceinline__ Softmax make_block_scaled_softmax(const TileWork& w,
+                                                               float scale_log2) const {
+    const Problem& p = problem;
+    const int q_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+    const int kv_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
+    const float* dq =
+        p.q_block_descale + (static_cast<int64_t>(w.c.batch) * p.heads_q + w.c.head) * q_blocks;
+    const int64_t kv = (static_cast<int64_t>(w.c.batch) * p.heads_kv + w.h_kv) * kv_blocks;
+    Softmax softmax;
+    softmax.k_blocks = p.k_block_descale + kv;
+    softmax.v_blocks = p.v_block_descale + kv;
+    auto thr_qk = mma_qk.get_thread_slice(ctid);
+    Tensor coords = rowcol(thr_qk.partition_C(
+        make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{})));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = min(max(w.row0 + get<0>(coords(r, 0)), 0), w.seq.len_q - 1);
+      softmax.row_scale[r] = scale_log2 * dq[row / C::kBlockM];
+    }
+    float v_max = 0.f;
+    for (int n = w.n_min + ctid % 32; n < w.n_max; n += 32) v_max = fmaxf(v_max, softmax.v_blocks[n]);
+#pragma unroll
+    for (int lanes = 16; lanes > 0; lanes /= 2) {
+      v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffffu, v_max, lanes));
+    }
+    softmax.v_max = v_max > 0.f ? v_max : 1.f;
+    return softmax;
+  }
+
+  // Key block n's per-block descales, read before its scores are waited for (C::kBlockScales).
+  __device__ __forceinline__ void load_block_scales(Softmax& softmax, int n) const {
+    if constexpr (C::kBlockScales) softmax.load_block(n);
+  }
+
+  // O of a finished tile times the v descale of its sequence and KV head (C::kDescales), or the
+  // tile's largest v block descale (C::kBlockScales).
+  __device__ __forceinline__ void descale_o(FragO& tOrO, const TileWork& w,
+                                            const Softmax& softmax) const {
+    if constexpr (C::kBlockScales) {
+      Tensor o = rowcol(tOrO);
+      const float factor[2] = {softmax.v_max, softmax.v_max};
+      scale_rows(o, factor);
+    } else if constexpr (C::kDescales) {
       if (problem.v_descale != nullptr) {
         const float f = problem.v_descale[w.c.batch * problem.heads_kv + w.h_kv];
         Tensor o = rowcol(tOrO);
@@ -141,6 +192,7 @@ struct MainloopFwd {
     Tensor tOrP = POperand::as_a_operand(rP);
     clear(tOrO);
     for (int n = w.n_max - 1, i = 0; n >= w.n_min; --n, ++i) {
+      load_block_scales(softmax, n);
       pipe_k.consumer_wait(state);
       wgmma<true, 0>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
       pipe_k.consumer_release(state);
@@ -159,7 +211,7 @@ struct MainloopFwd {
       ++state;
       after_block(i);
     }
-    descale_o(tOrO, w);
+    descale_o(tOrO, w, softmax);
   }
 
   // K6: Q·K(j+1)ᵀ and P(j)·V(j) issued back to back; the softmax of block j+1 runs while
@@ -179,6 +231,7 @@ struct MainloopFwd {
     clear(tOrO);
 
     int n = w.n_max - 1;
+    load_block_scales(softmax, n);
     pipe_k.consumer_wait(state);
     FA_TRACE(1 + wg, kKWait, 0);
     pingpong_sync();
@@ -217,6 +270,7 @@ struct MainloopFwd {
       POperand::convert(tSrS, rP);
       if (n < w.n_min) break;
 
+      load_block_scales(softmax, n);
       pipe_k.consumer_wait(state);
       FA_TRACE(1 + wg, kKWait, 0);
       pingpong_sync();
@@ -245,7 +299,7 @@ struct MainloopFwd {
     warpgroup_fence_operand(tOrO);
     FA_TRACE(1 + wg, kLastPV, 0);
     pipe_v.consumer_release(state_v);
-    descale_o(tOrO, w);
+    descale_o(tOrO, w, softmax);
   }
 
   // Q's buffer may be refilled once this thread's last Q·Kᵀ is done.

@@ -12,7 +12,12 @@ flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX k6 LIST kHeadDims
 flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX k7 LIST kFp8HeadDims
   INCLUDE kernels/fa3_sm90/launch.cuh NAMESPACE flashattn::fa3
   BF16 cutlass::bfloat16_t FP16 cutlass::half_t
-  TEMPLATE "template Status run_forward_fp8<@E@, @D@, ScheduleK6>(const Problem&, const DebugOptions&)")
+  TEMPLATE "template Status run_forward_fp8<@E@, @D@, ScheduleK6, false>(const Problem&, const DebugOptions&)")
+# K8: K7 with per-block descales (block quantisation; the pre-pass is src/kernels/quant).
+flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX k8 LIST kFp8HeadDims
+  INCLUDE kernels/fa3_sm90/launch.cuh NAMESPACE flashattn::fa3
+  BF16 cutlass::bfloat16_t FP16 cutlass::half_t
+  TEMPLATE "template Status run_forward_fp8<@E@, @D@, ScheduleK6, true>(const Problem&, const DebugOptions&)")
 # The backward's main kernel (wgmma): one instantiation per (dtype, head dim) of kBwdSm90HeadDims.
 target_sources(flashattn_sm90 PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch_bwd.cu)
 flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX bwd_sm90 LIST kBwdSm90HeadDims
