@@ -130,11 +130,34 @@ const std::vector<Flag>& flags() {
       {"--dtype", "TYPE",
        "element type of q, k, v: bf16, fp16, or FP8 e4m3 (k7 on the GPU, cpu\n"
        "                         on the host): drawn in bf16, quantised per (batch, KV head)\n"
-       "                         with descale amax/448, o in bf16; e5m2 has no kernel [bf16]",
+       "                         with descale amax/448 (or as --fp8 says), o in bf16; e5m2 has\n"
+       "                         no kernel [bf16]",
        [](Options& o, std::string_view v) -> std::string {
          const std::optional<DType> d = parse_dtype(v);
          if (!d) return "--dtype: expected bf16, fp16, e4m3 or e5m2, got " + quote(v);
          o.dtype = *d;
+         o.dtype_given = true;
+         return {};
+       }},
+      {"--fp8", "MODE",
+       "FP8 e4m3 inputs (implies --dtype e4m3), quantised from bf16 data:\n"
+       "                         per_tensor: once on the host, descale amax/448 per (batch, kv\n"
+       "                         head) (k7; = --dtype e4m3); per_block: bf16 on the device and\n"
+       "                         every timed run is quantize_fp8() (one descale per block of\n"
+       "                         rows) then the forward on its output (k8; the pre-pass is in\n"
+       "                         the time); per_block_hadamard: the same with q and k rotated\n"
+       "                         (Hadamard, rotation seed 17: kRotationSeed) [per_tensor]",
+       [](Options& o, std::string_view v) -> std::string {
+         std::optional<Fp8Scaling> mode;
+         for (Fp8Scaling s :
+              {Fp8Scaling::per_tensor, Fp8Scaling::per_block, Fp8Scaling::per_block_hadamard}) {
+           if (v == fp8_scaling_name(s)) mode = s;
+         }
+         if (!mode) {
+           return "--fp8: expected 'per_tensor', 'per_block' or 'per_block_hadamard', got " +
+                  quote(v);
+         }
+         o.fp8 = *mode;
          return {};
        }},
       {"--dist", "normal|outliers",
@@ -157,8 +180,7 @@ const std::vector<Flag>& flags() {
          o.sinks = true;
          return {};
        }},
-      {"--softcap", "X",
-       "logit soft-capping: scores become X*tanh(scores/X) (0: off) [0]",
+      {"--softcap", "X", "logit soft-capping: scores become X*tanh(scores/X) (0: off) [0]",
        [](Options& o, std::string_view v) -> std::string {
          float x = 0.f;
          const char* end = v.data() + v.size();
@@ -250,7 +272,8 @@ const std::vector<Flag>& flags() {
        }},
       {"--graph", nullptr,
        "decode: time replays of one CUDA graph holding 8 rounds over the input\n"
-       "                         sets (serving's way; records say timing \"cuda_graph\") instead of\n"
+       "                         sets (serving's way; records say timing \"cuda_graph\") instead "
+       "of\n"
        "                         each call between CUDA events",
        [](Options& o, std::string_view) -> std::string {
          o.graph = true;
@@ -260,7 +283,8 @@ const std::vector<Flag>& flags() {
        int_field("--splits", &Options::num_splits, 0, 128)},
       {"--rotary-dim", "N",
        "decode: rotary embedding of q over its first N dims (even, <= hdim),\n"
-       "                         standard tables (theta 10000); query i at seqlen-k + i when causal\n"
+       "                         standard tables (theta 10000); query i at seqlen-k + i when "
+       "causal\n"
        "                         or windowed, else all at seqlen-k (flash-attn's rule) [0: off]",
        int_field("--rotary-dim", &Options::rotary_dim, 0, kMaxHeadDim)},
       {"--kv-dtype", "same|e4m3",
@@ -311,6 +335,15 @@ const std::vector<Flag>& flags() {
 }
 
 }  // namespace
+
+const char* fp8_scaling_name(Fp8Scaling s) {
+  switch (s) {
+    case Fp8Scaling::per_tensor: return "per_tensor";
+    case Fp8Scaling::per_block: return "per_block";
+    case Fp8Scaling::per_block_hadamard: return "per_block_hadamard";
+  }
+  return "?";
+}
 
 void print_usage(std::FILE* out) {
   std::fprintf(
@@ -370,6 +403,14 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
     error = flag->apply(opts, value);
     if (!error.empty()) return ParseOutcome::error;
   }
+  // --fp8 names how e4m3 inputs are made: it implies e4m3 (an explicit other dtype conflicts).
+  if (opts.fp8) {
+    if (opts.dtype_given && opts.dtype != DType::e4m3) {
+      error = std::string("--fp8: quantises to e4m3, not with --dtype ") + dtype_name(opts.dtype);
+      return ParseOutcome::error;
+    }
+    opts.dtype = DType::e4m3;
+  }
   const bool debug_set = !opts.debug.conditional_rescale || !opts.debug.persistent ||
                          !opts.timeline_out.empty();
   if (opts.deterministic && !opts.bwd) {
@@ -404,6 +445,17 @@ ParseOutcome parse_args(int argc, char** argv, Options& opts, std::string& error
   if (opts.dist != InputDist::normal && decode_mode) {
     error = "--dist: not with --decode or --sweep decode (decode draws N(0, 1) inputs)";
     return ParseOutcome::error;
+  }
+  if (opts.fp8.value_or(Fp8Scaling::per_tensor) != Fp8Scaling::per_tensor) {
+    const std::string flag = std::string("--fp8 ") + fp8_scaling_name(*opts.fp8);
+    if (opts.bwd || decode_mode) {
+      error = flag + ": forward only (not with --bwd, --decode or --sweep decode)";
+      return ParseOutcome::error;
+    }
+    if (opts.varlen || opts.page_size > 0) {
+      error = flag + ": dense batches only (block descales have no --varlen or --page-size form)";
+      return ParseOutcome::error;
+    }
   }
   if (opts.rotary_interleaved && opts.rotary_dim == 0) {
     error = "--rotary-interleaved: only with --rotary-dim N";

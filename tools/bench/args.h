@@ -20,6 +20,18 @@ enum class InputDist {
   outliers,  // FlashAttention-3's N(0, 1) + N(0, 100)·Bernoulli(0.001) (reference::fill_outliers)
 };
 
+// How e4m3 inputs are made from the bf16 data (--fp8).
+enum class Fp8Scaling {
+  per_tensor,  // K7: quantised once on the host, one descale per (batch, KV head)
+  per_block,   // K8: quantize_fp8() inside every timed run, one descale per block of rows
+  per_block_hadamard,  // K8 with the Hadamard rotation of q and k (Fp8Rotation::hadamard)
+};
+const char* fp8_scaling_name(Fp8Scaling s);  // "per_tensor", "per_block", "per_block_hadamard"
+
+// The rotation's seed of --fp8 per_block_hadamard: fixed, so that runs compare (printed, and in
+// the JSON as rotation_seed).
+inline constexpr uint64_t kRotationSeed = 17;
+
 struct Options {
   std::vector<Kernel> kernels{Kernel::automatic};
   int batch = 2;
@@ -29,9 +41,13 @@ struct Options {
   int seqlen_k = 1024;
   int hdim = 128;
   int hdim_v = 0;  // 0: same as hdim
-  // q, k and v. e4m3: drawn in bf16 (per --dist), quantised per (batch, KV head) with
-  // descale = amax / 448 (reference::quantize_e4m3_per_head); o in bf16.
+  // q, k and v. e4m3: drawn in bf16 (per --dist) and quantised as `fp8` says; o in bf16.
   DType dtype = DType::bf16;
+  bool dtype_given = false;  // --dtype was passed (--fp8 then requires e4m3)
+  // --fp8: how e4m3 inputs are made, per_tensor (K7, --dtype e4m3's default; descale =
+  // amax / 448 per (batch, KV head), reference::quantize_e4m3_per_head) or quantize_fp8()'s
+  // blocks (K8). Given, it sets dtype e4m3.
+  std::optional<Fp8Scaling> fp8;
   InputDist dist = InputDist::normal;
   bool causal = false;
   bool sinks = false;    // learnable attention sinks, one random logit per query head

@@ -75,7 +75,12 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
   const bool on_device = ws.memory() == Memory::device;
   const cudaStream_t stream = on_device ? ctx.stream : nullptr;
   if (Status st = ws.poison_outputs(stream); !st.ok()) return st;
+  const Workload& w = ws.workload();
   const ForwardParams run_params = ws.params(0, stream, ctx.debug);
+  if (w.block_scaled()) {  // K8: the pre-pass as timed, then the forward on what it wrote
+    if (Status st = quantize_fp8(ws.quantized_params(0, stream, ctx.debug).quantize); !st.ok())
+      return st;
+  }
   if (Status st = forward(run_params, kernel); !st.ok()) return st;
 
   ForwardParams host = run_params;
@@ -97,7 +102,14 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
       if (Status st = to_host(sinks, ws.sinks()); !st.ok()) return st;
       host.sinks = reinterpret_cast<const float*>(sinks.data());
     }
-    if (ws.workload().fp8()) {
+    if (w.block_scaled()) {  // what the pre-pass wrote, read as the kernel read it
+      const float** to[3] = {&host.q_block_descale, &host.k_block_descale, &host.v_block_descale};
+      const Block* from[3] = {&s.q_block_descale, &s.k_block_descale, &s.v_block_descale};
+      for (int i = 0; i < 3; ++i) {
+        if (Status st = to_host(descales[i], *from[i]); !st.ok()) return st;
+        *to[i] = reinterpret_cast<const float*>(descales[i].data());
+      }
+    } else if (w.fp8()) {
       const float** to[3] = {&host.q_descale, &host.k_descale, &host.v_descale};
       for (int i = 0; i < 3; ++i) {
         if (Status st = to_host(descales[i], ws.descale(i)); !st.ok()) return st;
@@ -106,7 +118,6 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
     }
   }
 
-  const Workload& w = ws.workload();
   std::vector<std::byte> dense_k, dense_v;
   std::vector<float> dense_lse;
   if (w.varlen) dense_view(ws, host, dense_k, dense_v, dense_lse);
@@ -121,9 +132,12 @@ Status check_workload(Workspace& ws, Kernel kernel, const RunContext& ctx, Check
   out.result = reference::check(host, rows);  // FP8 inputs: the FP8 oracle (reference.h)
   if (w.fp8()) {
     // The same output against the bf16 data the inputs were quantised from (dense, as `host`).
+    // K8 with the rotation: q and k were rotated by the same orthogonal matrix before
+    // quantisation, which leaves q·kᵀ and so the attention of the unrotated data unchanged.
     ForwardParams original = host;
     original.dtype = DType::bf16;
     original.q_descale = original.k_descale = original.v_descale = nullptr;
+    original.q_block_descale = original.k_block_descale = original.v_block_descale = nullptr;
     original.q.data = ws.original(0).data();
     original.k.data = ws.original(1).data();
     original.v.data = ws.original(2).data();

@@ -50,6 +50,11 @@ std::string record_json(const Record& r) {
   s += ", \"dtype\": " + escape(dtype_name(w.dtype));
   s += ", \"out_dtype\": " + escape(dtype_name(w.out_dtype()));
   s += ", \"dist\": " + escape(w.dist == InputDist::outliers ? "outliers" : "normal");
+  if (w.fp8()) {  // how the e4m3 inputs were made; K8's time includes its quantize_fp8 pre-pass
+    s += ", \"fp8\": " + escape(fp8_scaling_name(w.fp8_scaling));
+    if (w.fp8_scaling == Fp8Scaling::per_block_hadamard)
+      s += ", \"rotation_seed\": " + std::to_string(kRotationSeed);
+  }
   s += ", \"batch\": " + std::to_string(w.batch);
   s += ", \"heads\": " + std::to_string(w.heads);
   s += ", \"kv_heads\": " + std::to_string(w.kv_heads);

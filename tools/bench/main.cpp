@@ -124,7 +124,16 @@ int run_main(int argc, char** argv) {
   const char* dist = opts.dist == InputDist::outliers
                          ? "N(0,1) + N(0,100)*Bernoulli(0.001) (FlashAttention-3's outliers)"
                          : "N(0,1)";
-  if (opts.dtype == DType::e4m3) {
+  const Fp8Scaling fp8 = opts.fp8.value_or(Fp8Scaling::per_tensor);
+  if (opts.dtype == DType::e4m3 && fp8 != Fp8Scaling::per_tensor) {
+    std::printf(
+        "# inputs: %s drawn in bf16; every timed run is quantize_fp8() (e4m3, one descale per "
+        "block of rows%s) then the forward on its output; o in bf16\n",
+        dist,
+        fp8 == Fp8Scaling::per_block_hadamard
+            ? (", q and k rotated by Hadamard with seed " + std::to_string(kRotationSeed)).c_str()
+            : "");
+  } else if (opts.dtype == DType::e4m3) {
     std::printf(
         "# inputs: %s drawn in bf16, quantised to e4m3 per (batch, kv head) with descale "
         "amax/448; o in bf16\n",

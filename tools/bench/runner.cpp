@@ -30,12 +30,34 @@ class EventPool {
   std::vector<cudaEvent_t> events_;
 };
 
-// The call being timed: forward() or backward().
+// The call being timed: forward(), backward(), or K8's pre-pass then forward(); with its
+// validation and the family `auto` resolves to.
 Status call(const ForwardParams& p, Kernel kernel) {
   return forward(p, kernel);
 }
 Status call(const BackwardParams& p, Kernel kernel) {
   return backward(p, kernel);
+}
+Status call(const QuantizedForward& p, Kernel kernel) {
+  if (Status st = quantize_fp8(p.quantize); !st.ok()) return st;
+  return forward(p.forward, kernel);
+}
+
+template <class P>
+Status validate(const P& p, Kernel kernel) {
+  return can_implement(p, kernel);
+}
+Status validate(const QuantizedForward& p, Kernel kernel) {
+  if (Status st = can_quantize_fp8(p.quantize); !st.ok()) return st;
+  return can_implement(p.forward, kernel);
+}
+
+template <class P>
+Kernel resolve(const P& p) {
+  return select_kernel(p);
+}
+Kernel resolve(const QuantizedForward& p) {
+  return select_kernel(p.forward);
 }
 
 // Enqueues n runs back to back, each between its own pair of events, then waits once: the GPU
@@ -94,17 +116,18 @@ std::string describe_status(const Status& st) {
 }
 
 // Validates, fills the inputs (and in backward mode runs the forward once), times the call on
-// `params` (one per input set) and checks it if asked. P: ForwardParams or BackwardParams.
+// `params` (one per input set) and checks it if asked. P: ForwardParams, BackwardParams or
+// QuantizedForward.
 template <class P>
 void run_timed(const Workload& w, const RunContext& ctx, Workspace& ws, const std::vector<P>& params,
                Record& rec) {
   const Memory memory = ws.memory();
   const cudaStream_t stream = memory == Memory::device ? ctx.stream : nullptr;
   if (w.kernel == Kernel::automatic) {
-    const Kernel chosen = select_kernel(params[0]);
+    const Kernel chosen = resolve(params[0]);
     if (chosen != Kernel::automatic) rec.kernel = kernel_name(chosen);
   }
-  if (Status st = can_implement(params[0], w.kernel); !st.ok()) {
+  if (Status st = validate(params[0], w.kernel); !st.ok()) {
     rec.error = describe_status(st);
     return;
   }
@@ -169,6 +192,11 @@ void run(const Workload& w, const RunContext& ctx, Record& rec) {
   if (w.bwd) {
     std::vector<BackwardParams> params;
     for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.backward_params(s, stream));
+    run_timed(w, ctx, ws, params, rec);
+  } else if (w.block_scaled()) {  // K8: each set's pre-pass reads and writes that set only
+    std::vector<QuantizedForward> params;
+    for (int s = 0; s < ws.num_sets(); ++s)
+      params.push_back(ws.quantized_params(s, stream, ctx.debug));
     run_timed(w, ctx, ws, params, rec);
   } else {
     std::vector<ForwardParams> params;

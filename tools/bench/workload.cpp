@@ -22,6 +22,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
       w.kernel = kernel;
       w.dtype = opts.dtype;
       w.dist = opts.dist;
+      w.fp8_scaling = opts.fp8.value_or(Fp8Scaling::per_tensor);
       w.batch = opts.batch;
       w.heads = opts.heads;
       w.kv_heads = opts.kv_heads > 0 ? opts.kv_heads : opts.heads;
@@ -48,6 +49,7 @@ std::vector<Workload> make_workloads(const Options& opts) {
           w.kernel = kernel;
           w.dtype = opts.dtype;
           w.dist = opts.dist;
+          w.fp8_scaling = opts.fp8.value_or(Fp8Scaling::per_tensor);
           w.batch = kSweepTokens / seqlen;
           w.heads = w.kv_heads = kSweepHidden / hdim;
           w.seqlen_q = w.seqlen_k = seqlen;
@@ -114,6 +116,7 @@ std::string describe(const Workload& w) {
   // Appends piecewise: GCC 12 at -O3 warns (-Wrestrict, a false positive) on "literal" + string.
   std::string s = kernel_name(w.kernel);
   if (w.dtype != DType::bf16) s.append(" ").append(dtype_name(w.dtype));
+  if (w.block_scaled()) s.append(" ").append(fp8_scaling_name(w.fp8_scaling));
   s.append(" hd").append(std::to_string(w.hdim));
   if (w.hdim_v != w.hdim) s.append("/").append(std::to_string(w.hdim_v));
   s.append(" s").append(std::to_string(w.seqlen_q));

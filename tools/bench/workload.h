@@ -14,6 +14,7 @@ struct Workload {
   Kernel kernel = Kernel::automatic;
   DType dtype = DType::bf16;  // q, k, v (e4m3: quantised from bf16 data, Options::dtype)
   InputDist dist = InputDist::normal;
+  Fp8Scaling fp8_scaling = Fp8Scaling::per_tensor;  // e4m3 only: how the inputs are quantised
   int batch = 0, heads = 0, kv_heads = 0;
   int seqlen_q = 0, seqlen_k = 0;
   int hdim = 0, hdim_v = 0;
@@ -29,6 +30,8 @@ struct Workload {
   bool deterministic = false;  // backward: BackwardParams::deterministic
 
   bool fp8() const { return dtype == DType::e4m3 || dtype == DType::e5m2; }
+  // K8: bf16 inputs quantised by quantize_fp8() inside each timed run (block descales).
+  bool block_scaled() const { return fp8() && fp8_scaling != Fp8Scaling::per_tensor; }
   // o's element type: bf16 for FP8 inputs (ForwardParams::out_dtype), else the inputs' type.
   DType out_dtype() const { return fp8() ? DType::bf16 : dtype; }
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <span>
 #include <string>
@@ -85,6 +86,17 @@ TensorSizes tensor_sizes(const Workload& w) {
   const auto o_es = static_cast<size_t>(dtype_size(w.out_dtype()));  // bf16 for FP8 inputs
   s.o = b * sq * h * static_cast<size_t>(w.hdim_v) * o_es;
   s.lse = b * h * sq * sizeof(float);
+  if (w.block_scaled()) {
+    constexpr size_t kSrc = 2;  // bf16
+    s.q_src = s.q * kSrc;
+    s.k_src = s.k * kSrc;
+    s.v_src = s.v * kSrc;
+    // Rows 0 (a head dim without an FP8 kernel): no blocks; validation refuses the head dim.
+    const Fp8BlockRows rows = fp8_block_rows(w.hdim);
+    const auto blocks = [](size_t seqlen, int r) { return r > 0 ? (seqlen + r - 1) / r : 0; };
+    s.q_block_descale = b * h * blocks(sq, rows.q) * sizeof(float);
+    s.kv_block_descale = b * hkv * blocks(sk, rows.kv) * sizeof(float);
+  }
   return s;
 }
 
@@ -99,7 +111,7 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
     if (Status st = sinks_.allocate(memory, static_cast<size_t>(w.heads) * sizeof(float)); !st.ok())
       return st;
   }
-  if (w.fp8()) {
+  if (w.fp8() && !w.block_scaled()) {
     // 1.0 until fill_inputs quantises: can_implement reads host descales before the inputs exist.
     const std::vector<float> ones(static_cast<size_t>(w.batch) * w.kv_heads, 1.f);
     for (Block& d : descales_) {
@@ -131,7 +143,10 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
   if (Status st = fill_indices(); !st.ok()) return st;
 
   const size_t bwd_bytes = w.bwd ? 2 * sizes_.o + sizes_.lse : 0;  // dout, o, lse per set
-  const size_t set_bytes = std::max<size_t>(sizes_.q + sizes_.k + sizes_.v + bwd_bytes, 1);
+  const size_t k8_bytes = sizes_.q_src + sizes_.k_src + sizes_.v_src + sizes_.q_block_descale +
+                          2 * sizes_.kv_block_descale;  // 0 unless block_scaled
+  const size_t set_bytes =
+      std::max<size_t>(sizes_.q + sizes_.k + sizes_.v + bwd_bytes + k8_bytes, 1);
   size_t want = std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 1, kMaxInputSets);
   if (memory == Memory::device) {
     // Leave half of what is free to the kernel's own workspace (K1 materialises S).
@@ -148,6 +163,7 @@ Status Workspace::allocate(const Workload& w, Memory memory) {
     if (st.ok() && w.bwd) st = s.dout.allocate(memory, sizes_.o);
     if (st.ok() && w.bwd) st = s.o.allocate(memory, sizes_.o);
     if (st.ok() && w.bwd) st = s.lse.allocate(memory, sizes_.lse);
+    if (st.ok() && w.block_scaled()) st = allocate_k8(s);
     if (!st.ok()) {
       if (sets_.empty()) return st;
       break;  // fewer sets than planned still measure something; one set is the floor
@@ -167,6 +183,11 @@ uint64_t mix_seed(uint64_t seed, uint64_t tensor) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// K8: set s's bf16 source of tensor t (0 q, 1 k, 2 v).
+Block* source(InputSet& s, int t) {
+  return t == 0 ? &s.q_src : t == 1 ? &s.k_src : &s.v_src;
 }
 
 Status copy(Memory memory, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
@@ -189,6 +210,13 @@ void Workspace::fill(void* data, int64_t n, DType dtype, InputDist dist, uint64_
   }
 }
 
+void Workspace::draw_original(int t, uint64_t seed) {
+  const size_t elems = first_set_bytes(t) / static_cast<size_t>(dtype_size(w_.dtype));
+  std::vector<uint16_t>& original = originals_[static_cast<size_t>(t)];
+  original.resize(elems);
+  fill(original.data(), static_cast<int64_t>(elems), DType::bf16, w_.dist, mix_seed(seed, t));
+}
+
 Status Workspace::fill_fp8(int t, uint64_t seed, void* out) {
   // Dense (batch, rows, heads, dim): rows are seqlen_q for q, the keys (padded to whole pages
   // when paged) for k and v. A query head shares its KV head's descale: q's heads quantise in
@@ -196,16 +224,61 @@ Status Workspace::fill_fp8(int t, uint64_t seed, void* out) {
   const bool is_q = t == 0;
   const int heads = is_q ? w_.heads : w_.kv_heads;
   const int dim = t == 2 ? w_.hdim_v : w_.hdim;
-  const size_t elems = first_set_bytes(t) / static_cast<size_t>(dtype_size(w_.dtype));
-  const int64_t rows = static_cast<int64_t>(elems) / (int64_t{w_.batch} * heads * dim);
-  std::vector<uint16_t>& original = originals_[static_cast<size_t>(t)];
-  original.resize(elems);
-  fill(original.data(), static_cast<int64_t>(elems), DType::bf16, w_.dist, mix_seed(seed, t));
+  draw_original(t, seed);
+  const std::vector<uint16_t>& original = originals_[static_cast<size_t>(t)];
+  const auto rows = static_cast<int64_t>(original.size()) / (int64_t{w_.batch} * heads * dim);
   std::vector<float> descales(static_cast<size_t>(w_.batch) * w_.kv_heads);
   reference::quantize_e4m3_per_head(DType::bf16, original.data(), w_.batch, rows, heads, dim,
                                     is_q ? w_.heads / w_.kv_heads : 1, static_cast<uint8_t*>(out),
                                     descales.data());
   return upload_descales(descales_[static_cast<size_t>(t)], descales);
+}
+
+Status Workspace::allocate_k8(InputSet& s) const {
+  const std::pair<Block*, size_t> blocks[] = {{&s.q_src, sizes_.q_src},
+                                              {&s.k_src, sizes_.k_src},
+                                              {&s.v_src, sizes_.v_src},
+                                              {&s.q_block_descale, sizes_.q_block_descale},
+                                              {&s.k_block_descale, sizes_.kv_block_descale},
+                                              {&s.v_block_descale, sizes_.kv_block_descale}};
+  for (const auto& [block, bytes] : blocks) {
+    if (Status st = block->allocate(memory_, bytes); !st.ok()) return st;
+  }
+  // 1.0 until the pre-pass writes them: can_implement reads host descales before any run.
+  for (Block* d : {&s.q_block_descale, &s.k_block_descale, &s.v_block_descale}) {
+    if (Status st = upload_descales(*d, std::vector<float>(d->bytes() / sizeof(float), 1.f));
+        !st.ok()) {
+      return st;
+    }
+  }
+  return Status::success();
+}
+
+Status Workspace::fill_sources(uint64_t seed, cudaStream_t stream) {
+  for (int t = 0; t < 3; ++t) {
+    draw_original(t, seed);
+    const std::vector<uint16_t>& original = originals_[static_cast<size_t>(t)];
+    Block* first = source(sets_[0], t);
+    if (memory_ == Memory::host) {
+      std::memcpy(first->get(), original.data(), first->bytes());
+    } else if (Status st = cuda_status(cudaMemcpy(first->get(), original.data(), first->bytes(),
+                                                  cudaMemcpyHostToDevice),
+                                       "cudaMemcpy(sources)");  // done before the copies below
+               !st.ok()) {
+      return st;
+    }
+    for (size_t i = 1; i < sets_.size(); ++i) {
+      if (Status st = copy(memory_, source(sets_[i], t)->get(), first->get(), first->bytes(),
+                           cudaMemcpyDeviceToDevice, stream);
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
+  if (memory_ == Memory::device) {
+    return cuda_status(cudaStreamSynchronize(stream), "fill: cudaStreamSynchronize");
+  }
+  return Status::success();
 }
 
 Status Workspace::upload_descales(Block& dst, const std::vector<float>& src) const {
@@ -272,6 +345,7 @@ Status Workspace::fill_inputs(uint64_t seed, cudaStream_t stream) {
       return st;
     }
   }
+  if (w_.block_scaled()) return fill_sources(seed, stream);
   const int64_t es = dtype_size(w_.dtype);
   Block* first[4] = {&sets_[0].q, &sets_[0].k, &sets_[0].v, &sets_[0].dout};
   const int tensors = w_.bwd ? 4 : 3;
@@ -335,6 +409,11 @@ Status Workspace::prepare_backward(cudaStream_t stream, const DebugOptions& debu
 Status Workspace::poison_outputs(cudaStream_t stream) {
   std::vector<Block*> outputs{&o_, &lse_};
   if (w_.bwd) outputs = {&dq_, &dk_, &dv_, &dsinks_};
+  if (w_.block_scaled()) {  // the pre-pass's outputs: an element it skips reaches o as NaN
+    InputSet& s = sets_[0];
+    outputs.insert(outputs.end(),
+                   {&s.q, &s.k, &s.v, &s.q_block_descale, &s.k_block_descale, &s.v_block_descale});
+  }
   for (Block* b : outputs) {
     if (b->get() == nullptr) continue;
     if (memory_ == Memory::host) {
@@ -353,7 +432,11 @@ ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions
   ForwardParams p;
   p.dtype = w_.dtype;
   p.out_dtype = w_.out_dtype();
-  if (w_.fp8()) {
+  if (w_.block_scaled()) {
+    p.q_block_descale = static_cast<const float*>(s.q_block_descale.get());
+    p.k_block_descale = static_cast<const float*>(s.k_block_descale.get());
+    p.v_block_descale = static_cast<const float*>(s.v_block_descale.get());
+  } else if (w_.fp8()) {
     p.q_descale = static_cast<const float*>(descales_[0].get());
     p.k_descale = static_cast<const float*>(descales_[1].get());
     p.v_descale = static_cast<const float*>(descales_[2].get());
@@ -396,6 +479,44 @@ ForwardParams Workspace::params(int set, cudaStream_t stream, const DebugOptions
     set_contiguous_strides(p.v.stride, w_.page_size, w_.kv_heads, w_.hdim_v);
   }
   return p;
+}
+
+QuantizedForward Workspace::quantized_params(int set, cudaStream_t stream,
+                                             const DebugOptions& debug) const {
+  const InputSet& s = sets_[static_cast<size_t>(set)];
+  QuantizedForward call;
+  call.forward = params(set, stream, debug);
+  QuantizeFp8Params& q = call.quantize;
+  q.dtype = DType::bf16;
+  q.batch = w_.batch;
+  q.seqlen_q = w_.seqlen_q;
+  q.seqlen_k = w_.seqlen_k;
+  q.heads_q = w_.heads;
+  q.heads_kv = w_.kv_heads;
+  q.head_dim = w_.hdim;
+  q.head_dim_v = w_.hdim_v;
+  q.q.data = s.q_src.get();
+  q.k.data = s.k_src.get();
+  q.v.data = s.v_src.get();
+  q.q_out.data = s.q.get();
+  q.k_out.data = s.k.get();
+  q.v_out.data = s.v.get();
+  // Dense, as the forward reads the outputs.
+  std::copy(std::begin(call.forward.q.stride), std::end(call.forward.q.stride), q.q.stride);
+  std::copy(std::begin(call.forward.k.stride), std::end(call.forward.k.stride), q.k.stride);
+  std::copy(std::begin(call.forward.v.stride), std::end(call.forward.v.stride), q.v.stride);
+  std::copy(std::begin(q.q.stride), std::end(q.q.stride), q.q_out.stride);
+  std::copy(std::begin(q.k.stride), std::end(q.k.stride), q.k_out.stride);
+  std::copy(std::begin(q.v.stride), std::end(q.v.stride), q.v_out.stride);
+  q.q_block_descale = static_cast<float*>(s.q_block_descale.get());
+  q.k_block_descale = static_cast<float*>(s.k_block_descale.get());
+  q.v_block_descale = static_cast<float*>(s.v_block_descale.get());
+  if (w_.fp8_scaling == Fp8Scaling::per_block_hadamard) {
+    q.rotation = Fp8Rotation::hadamard;
+    q.seed = kRotationSeed;
+  }
+  q.stream = stream;
+  return call;
 }
 
 BackwardParams Workspace::backward_params(int set, cudaStream_t stream) const {

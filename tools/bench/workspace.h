@@ -44,12 +44,26 @@ class Block {
 struct InputSet {
   Block q, k, v;
   Block dout, o, lse;  // backward mode only
+  // K8 (--fp8 per_block[_hadamard]): the bf16 data the timed pre-pass quantises into q, k, v (e4m3)
+  // and the block descales it writes beside them (fp32, ForwardParams::q/k/v_block_descale).
+  Block q_src, k_src, v_src;
+  Block q_block_descale, k_block_descale, v_block_descale;
+};
+
+// K8's timed call: the pre-pass and the forward that reads what it wrote (issue 17 counts the
+// pre-pass in K8's time).
+struct QuantizedForward {
+  QuantizeFp8Params quantize;
+  ForwardParams forward;
 };
 
 // With a paged workload, k and v are (batch * blocks_per_sequence, page_size, kv_heads, dim)
 // caches: every sequence's keys in blocks of its own, in a shuffled order.
 struct TensorSizes {  // in bytes
   size_t q = 0, k = 0, v = 0, o = 0, lse = 0;
+  // K8 workloads: the bf16 sources of q, k, v, and the fp32 block descales of q and of k (v's
+  // are k's size): (batch, heads, ceil(seqlen / rows)), rows = fp8_block_rows(hdim).
+  size_t q_src = 0, k_src = 0, v_src = 0, q_block_descale = 0, kv_block_descale = 0;
 };
 TensorSizes tensor_sizes(const Workload& w);
 
@@ -63,7 +77,9 @@ class Workspace {
   // sets: L2 residency depends on addresses, not values, and drawing fresh normals for 256 MB
   // costs seconds per config. FP8 (e4m3) workloads: q, k, v are drawn in bf16 and quantised per
   // (batch, KV head) with descale = amax / 448 (reference::quantize_e4m3_per_head); the bf16
-  // originals stay on the host (original()) for the accuracy report.
+  // originals stay on the host (original()) for the accuracy report. K8 workloads: the same bf16
+  // data (the same seed draws the same values) goes into every set's q_src, k_src, v_src, and
+  // q, k, v are left to the pre-pass.
   Status fill_inputs(uint64_t seed, cudaStream_t stream);
 
   // Backward mode: runs the forward once (Kernel::automatic: the cpu family on host memory) on
@@ -71,11 +87,17 @@ class Workspace {
   Status prepare_backward(cudaStream_t stream, const DebugOptions& debug);
 
   // NaN bit patterns in the outputs: o and lse, or in backward mode dq, dk, dv and dsinks (0xFF
-  // bytes are NaN in bf16, fp16 and fp32).
+  // bytes are NaN in bf16, fp16, fp32 and e4m3); K8 also set 0's q, k, v and block descales (the
+  // pre-pass's outputs).
   Status poison_outputs(cudaStream_t stream);
 
-  // Params for input set `set`, writing the shared o and lse.
+  // Params for input set `set`, writing the shared o and lse (K8: reading the set's block
+  // descales).
   ForwardParams params(int set, cudaStream_t stream, const DebugOptions& debug) const;
+
+  // K8: the pre-pass of set `set` (its q_src, k_src, v_src into its q, k, v and block
+  // descales; the Hadamard rotation with kRotationSeed for per_block_hadamard), and the forward.
+  QuantizedForward quantized_params(int set, cudaStream_t stream, const DebugOptions& debug) const;
 
   // Backward mode: params for input set `set`, writing the shared gradients.
   BackwardParams backward_params(int set, cudaStream_t stream) const;
@@ -105,9 +127,16 @@ class Workspace {
   Status fill_indices();
   // n values of `dtype` from `dist` (reference::fill_normal or fill_outliers).
   static void fill(void* data, int64_t n, DType dtype, InputDist dist, uint64_t seed);
-  // FP8: tensor t (0 q, 1 k, 2 v) drawn in bf16 into originals_[t], quantised into `out` (set 0's
-  // bytes, on the host), its descales into descales_[t].
+  // FP8: tensor t (0 q, 1 k, 2 v) drawn in bf16 (per --dist) into originals_[t], the data K7's
+  // host quantisation and K8's pre-pass both start from.
+  void draw_original(int t, uint64_t seed);
+  // K7: originals_[t] quantised into `out` (set 0's bytes, on the host), its descales into
+  // descales_[t].
   Status fill_fp8(int t, uint64_t seed, void* out);
+  // K8: originals_[t] into every set's q_src, k_src, v_src.
+  Status fill_sources(uint64_t seed, cudaStream_t stream);
+  // K8: a set's sources and block descales (the descales 1.0 until the first pre-pass).
+  Status allocate_k8(InputSet& s) const;
   size_t first_set_bytes(int t) const;  // bytes of set 0's q, k or v
   Status upload_descales(Block& dst, const std::vector<float>& src) const;
 
