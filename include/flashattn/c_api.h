@@ -14,7 +14,7 @@
  *   - messages go to a caller-owned buffer `err` of `err_len` bytes, always NUL-terminated when
  *     err_len > 0, truncated when longer;
  *   - the library describes each params struct field by field (name, C type, offset, size:
- *     flashattn_c_fwd_params_fields() and flashattn_c_decode_params_fields()), so that a front
+ *     flashattn_c_fwd_params_fields(), flashattn_c_decode_params_fields(), ...), so that a front
  *     end's mirror of a struct can be checked against the struct it was compiled as. A new field
  *     is appended here, to the field list in c_api.cpp (which drives the copy into the C++ params
  *     and the description; it fails to compile while the two differ), and to the mirror in
@@ -68,7 +68,8 @@ enum {
  * no implicit padding. Version 1 was 256 bytes on LP64; version 2 appends `sinks` (264); version
  * 3 appends `softcap` and a `reserved2` that keeps the size a multiple of 8 (272); version 4 the
  * paged KV fields (`block_table` .. `page_size`) and `reserved3` (304); version 5 FP8 inputs,
- * `out_dtype`, `reserved4` and the three descales (336). Strides
+ * `out_dtype`, `reserved4` and the three descales (336); version 6 the three block descales of
+ * K8 (360). Strides
  * are in elements, ordered (batch, seqlen, heads, dim); with cu_seqlens the tensors are (total,
  * heads, dim) and stride[0] is ignored; with block_table, k and v are (num_blocks, page_size,
  * heads, dim) and every stride is used. */
@@ -122,6 +123,14 @@ typedef struct flashattn_c_fwd_params {
   const float* q_descale; /* optional fp32 (batch, heads_kv), contiguous, FP8 inputs only */
   const float* k_descale; /* (null: 1.0; finite, > 0; in the memory the kernel reads) */
   const float* v_descale;
+  /* Version 6 (360 bytes): K8's block descales (ForwardParams::q/k/v_block_descale), as
+   * flashattn_c_quantize_fp8() writes them; all three or none, e4m3 inputs, dense batches, the
+   * per-head descales above null. fp32, contiguous: q's (batch, heads_q, ceil(seqlen_q /
+   * rows.q)), k's and v's (batch, heads_kv, ceil(seqlen_k / rows.kv)), rows from
+   * flashattn_c_fp8_block_rows(). An older caller's struct reads as none. */
+  const float* q_block_descale;
+  const float* k_block_descale;
+  const float* v_block_descale;
 } flashattn_c_fwd_params;
 
 /* Validates and runs (asynchronously on `stream` for GPU kernels). Returns a status code. */
@@ -296,8 +305,66 @@ FLASHATTN_C_EXPORT int flashattn_c_backward_can_implement(const flashattn_c_bwd_
 /* sizeof(flashattn_c_bwd_params) in this library. */
 FLASHATTN_C_EXPORT size_t flashattn_c_bwd_params_size(void);
 
+/* K8's pre-pass (flashattn::QuantizeFp8Params and quantize_fp8(), flashattn/fp8.h, which states
+ * the blocks, the rounding and the rotation bit for bit): bf16/fp16 q, k, v in, e4m3 q_out,
+ * k_out, v_out and fp32 block descales out, q and k optionally rotated first. Rotations
+ * (flashattn::Fp8Rotation): */
+enum { FLASHATTN_C_ROTATION_NONE = 0, FLASHATTN_C_ROTATION_HADAMARD = 1 };
+
+/* The pre-pass parameters (`struct_size` as above): 40 bytes of 32-bit fields, the 64-bit seed,
+ * then pointers and strides, no implicit padding (320 bytes on LP64 in version 1). Strides are
+ * in elements, ordered (batch, seqlen, heads, dim), the last 1; dense batches only. All pointers
+ * in device memory (the GPU pre-pass, asynchronous on `stream`) or all in host memory (the
+ * reference implementation, the same bytes). */
+typedef struct flashattn_c_quantize_fp8_params {
+  uint32_t struct_size; /* sizeof(flashattn_c_quantize_fp8_params) as the caller knows it */
+  int32_t dtype;        /* of q, k, v: FLASHATTN_C_BF16 or FLASHATTN_C_FP16 */
+  int32_t batch;
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim;
+  int32_t head_dim_v; /* 0: same as head_dim (K8 runs head_dim_v == head_dim) */
+  int32_t rotation;   /* FLASHATTN_C_ROTATION_NONE or FLASHATTN_C_ROTATION_HADAMARD */
+  uint64_t seed;      /* the rotation's random signs (ignored without rotation) */
+
+  const void* q; /* inputs (batch, seqlen, heads, dim) of dtype */
+  const void* k;
+  const void* v;
+  void* q_out; /* e4m3, the inputs' shapes, not overlapping them */
+  void* k_out;
+  void* v_out;
+  float* q_block_descale; /* fp32, contiguous, shapes as flashattn_c_fwd_params' (version 6) */
+  float* k_block_descale;
+  float* v_block_descale;
+  void* stream; /* cudaStream_t; ignored for host memory */
+  int64_t q_stride[4];
+  int64_t k_stride[4];
+  int64_t v_stride[4];
+  int64_t q_out_stride[4];
+  int64_t k_out_stride[4];
+  int64_t v_out_stride[4];
+} flashattn_c_quantize_fp8_params;
+
+/* Validates and quantises (asynchronously on `stream` for device memory). Returns a status. */
+FLASHATTN_C_EXPORT int flashattn_c_quantize_fp8(const flashattn_c_quantize_fp8_params* params,
+                                                char* err, size_t err_len);
+
+/* Validates only: FLASHATTN_C_OK when flashattn_c_quantize_fp8() would run. */
+FLASHATTN_C_EXPORT int flashattn_c_can_quantize_fp8(const flashattn_c_quantize_fp8_params* params,
+                                                    char* err, size_t err_len);
+
+/* sizeof(flashattn_c_quantize_fp8_params) in this library. */
+FLASHATTN_C_EXPORT size_t flashattn_c_quantize_fp8_params_size(void);
+
+/* Rows per block descale for a head dim (flashattn::fp8_block_rows: the FP8 kernel's query tile
+ * and key block): *q_rows for q, *kv_rows for k and v (either pointer may be NULL). Returns 1,
+ * or 0 with both 0 where no FP8 kernel is built for the head dim. */
+FLASHATTN_C_EXPORT int flashattn_c_fp8_block_rows(int head_dim, int32_t* q_rows, int32_t* kv_rows);
+
 /* One field of a params struct as this library was compiled: name, C type ("uint32", "int32",
- * "float", "int64", "pointer", "int64[4]"), byte offset and size. */
+ * "uint64", "float", "int64", "pointer", "int64[4]"), byte offset and size. */
 typedef struct flashattn_c_field {
   const char* name;
   const char* type;
@@ -305,12 +372,13 @@ typedef struct flashattn_c_field {
   size_t size;
 } flashattn_c_field;
 
-/* The fields of flashattn_c_fwd_params (flashattn_c_decode_params) in declaration order, every
- * byte of the struct covered: a static array, its length stored in *count (when count is not
- * NULL). */
+/* The fields of flashattn_c_fwd_params (flashattn_c_decode_params, ...) in declaration order,
+ * every byte of the struct covered: a static array, its length stored in *count (when count is
+ * not NULL). */
 FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_fwd_params_fields(size_t* count);
 FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_decode_params_fields(size_t* count);
 FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_bwd_params_fields(size_t* count);
+FLASHATTN_C_EXPORT const flashattn_c_field* flashattn_c_quantize_fp8_params_fields(size_t* count);
 
 /* The library version, "major.minor.patch" (a static string). */
 FLASHATTN_C_EXPORT const char* flashattn_c_version(void);

@@ -5,12 +5,13 @@
 
 The kernels live in libflashattn_c.so, reached through its C ABI with ctypes (no extension is
 compiled against Python or PyTorch). The functions are torch.library custom ops
-(torch.ops.flashattn.fwd / varlen_fwd / fwd_kvcache) with fake implementations, so
+(torch.ops.flashattn.fwd / varlen_fwd / fwd_kvcache / quantize_fp8) with fake implementations, so
 torch.compile traces them. The packed forms (flash_attn_qkvpacked_func, ...) slice one tensor
 into views and call those functions.
 """
 from . import _lib, distributed
 from ._lib import UnsupportedError, library_path
+from .fp8 import quantize_fp8
 from .interface import (flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache,
                         kvcache_check_errors)
 from .packed import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
@@ -21,6 +22,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
     "kvcache_check_errors",
+    "quantize_fp8",
     "flash_attn_qkvpacked_func",
     "flash_attn_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",

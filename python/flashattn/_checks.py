@@ -215,6 +215,72 @@ def descales(q, batch, heads_kv, **named):
         _same(f"{name}.device", t.device, q.device, "q.device")
 
 
+def block_descales(q, q_block_descale, k_block_descale, v_block_descale, shapes=None):
+    """K8's block descales (flashattn.quantize_fp8's): each None, or fp32 on q's device of
+    shape (batch, heads_q, q_blocks) for q and (batch, heads_kv, kv_blocks) for k and v, with FP8
+    inputs only. `shapes`, when known (the library's rows per block: ops.block_counts), are
+    (q's shape, k's and v's shape). All three or none, and not beside q_descale..., are the
+    library's rules."""
+    named = (("q_block_descale", q_block_descale, 0), ("k_block_descale", k_block_descale, 1),
+             ("v_block_descale", v_block_descale, 1))
+    for name, t, which in named:
+        if t is None:
+            continue
+        if q.dtype not in FP8_DTYPES:
+            raise ValueError(f"{name}: only with FP8 inputs (torch.float8_e4m3fn), got q.dtype "
+                             f"{q.dtype}")
+        heads = "heads_q" if which == 0 else "heads_kv"
+        _tensor(name, t, 3, f"(batch, {heads}, blocks)")
+        if t.dtype != torch.float32:
+            raise ValueError(f"{name}.dtype: must be torch.float32, got {t.dtype}")
+        if shapes is not None:
+            rows = "rows.q" if which == 0 else "rows.kv"
+            seqlen = "seqlen_q" if which == 0 else "seqlen_k"
+            _same(f"{name}.shape", tuple(t.shape), tuple(shapes[which]),
+                  f"(batch, {heads}, ceil({seqlen} / {rows})), flashattn.quantize_fp8's")
+        _same(f"{name}.device", t.device, q.device, "q.device")
+
+
+FP8_MODES = ("per_tensor", "per_block", "per_block_hadamard")
+
+
+def fp8_mode(fp8, q, **fp8_arguments):
+    """flash_attn_func's fp8= quantisation: one of FP8_MODES, of 16-bit q, k, v, and none of
+    the arguments of an FP8 call given (the quantisation makes them)."""
+    if fp8 not in FP8_MODES:
+        raise ValueError(f"fp8: must be None or one of {', '.join(map(repr, FP8_MODES))}, got "
+                         f"{fp8!r}")
+    if q.dtype not in OUT_DTYPES:
+        raise ValueError(f"fp8: quantises torch.bfloat16 or torch.float16 inputs, got q.dtype "
+                         f"{q.dtype} (pass FP8 tensors without fp8=, with their descales)")
+    for name, t in fp8_arguments.items():
+        if t is not None:
+            raise ValueError(f"{name}: not with fp8={fp8!r}, which computes the descales itself")
+
+
+def fp8_forward_only(fp8, q, k, v):
+    """fp8= attention is forward-only: refuses q, k or v requiring grad (callers check only
+    where autograd would record the call: grad mode on)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.requires_grad:
+            raise _lib.UnsupportedError(
+                f"{name}: requires grad, but fp8={fp8!r} attention is forward-only (no "
+                "backward: FP8 inputs have none); detach it or run under torch.no_grad()")
+
+
+ROTATIONS = {"none": _lib.ROTATION_NONE, "hadamard": _lib.ROTATION_HADAMARD}
+
+
+def quantize_fp8(q, rotation):
+    """K8's pre-pass of 16-bit q, k, v (dense() checked): the rotation's code."""
+    if q.dtype not in OUT_DTYPES:
+        raise ValueError(f"q.dtype: quantize_fp8 takes torch.bfloat16 or torch.float16 inputs, "
+                         f"got {q.dtype}")
+    if rotation not in ROTATIONS:
+        raise ValueError(f"rotation: must be 'none' or 'hadamard', got {rotation!r}")
+    return ROTATIONS[rotation]
+
+
 def forward_only(q, k, v, **descales_):
     """FP8 inputs have no backward: refuses an FP8 q, k or v, or a descale, that requires grad
     (callers check only where autograd would record the call: grad mode on)."""

@@ -1,5 +1,5 @@
-"""ctypes binding of the C ABI (include/flashattn/c_api.h) in libflashattn_c.so: forward, decode
-and backward.
+"""ctypes binding of the C ABI (include/flashattn/c_api.h) in libflashattn_c.so: forward, decode,
+backward and K8's FP8 pre-pass (quantize_fp8).
 
 The library is looked up, in order, at $FLASHATTN_LIBRARY (a path to the .so: how the tests use
 the CMake build's copy without installing) and beside this file (where the wheel puts it).
@@ -14,6 +14,8 @@ OK, INVALID_ARGUMENT, UNSUPPORTED, CUDA_ERROR, INTERNAL_ERROR = 0, 1, 2, 3, 4
 # Element types of c_api.h (forward runs E4M3 inputs with an out_dtype; decode reads an E4M3
 # cache; E5M2 has no kernel: UNSUPPORTED).
 BF16, FP16, E4M3, E5M2 = 0, 1, 2, 3
+# Rotations of the FP8 pre-pass (FLASHATTN_C_ROTATION_*).
+ROTATION_NONE, ROTATION_HADAMARD = 0, 1
 
 _LIB_NAME = "libflashattn_c.so"
 _ERR_LEN = 1024
@@ -28,7 +30,7 @@ class UnsupportedError(ValueError):
 
 
 class Params(ctypes.Structure):
-    """Mirror of flashattn_c_fwd_params, version 5 (336 bytes, no implicit padding)."""
+    """Mirror of flashattn_c_fwd_params, version 6 (360 bytes, no implicit padding)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -73,13 +75,16 @@ class Params(ctypes.Structure):
         ("q_descale", ctypes.c_void_p),
         ("k_descale", ctypes.c_void_p),
         ("v_descale", ctypes.c_void_p),
+        ("q_block_descale", ctypes.c_void_p),  # version 6: K8's block descales
+        ("k_block_descale", ctypes.c_void_p),
+        ("v_block_descale", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields):
         super().__init__(struct_size=ctypes.sizeof(Params), **fields)
 
 
-assert ctypes.sizeof(Params) == 336 and Params.q.offset == 64 and Params.q_stride.offset == 128
+assert ctypes.sizeof(Params) == 360 and Params.q.offset == 64 and Params.q_stride.offset == 128
 
 
 class DecodeParams(ctypes.Structure):
@@ -201,6 +206,47 @@ assert (ctypes.sizeof(BwdParams) == 440 and BwdParams.q.offset == 64
         and BwdParams.q_stride.offset == 176)
 
 
+class QuantizeFp8Params(ctypes.Structure):
+    """Mirror of flashattn_c_quantize_fp8_params, version 1 (320 bytes, no implicit padding)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("heads_q", ctypes.c_int32),
+        ("heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
+        ("rotation", ctypes.c_int32),
+        ("seed", ctypes.c_uint64),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("q_out", ctypes.c_void_p),
+        ("k_out", ctypes.c_void_p),
+        ("v_out", ctypes.c_void_p),
+        ("q_block_descale", ctypes.c_void_p),
+        ("k_block_descale", ctypes.c_void_p),
+        ("v_block_descale", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("q_stride", ctypes.c_int64 * 4),
+        ("k_stride", ctypes.c_int64 * 4),
+        ("v_stride", ctypes.c_int64 * 4),
+        ("q_out_stride", ctypes.c_int64 * 4),
+        ("k_out_stride", ctypes.c_int64 * 4),
+        ("v_out_stride", ctypes.c_int64 * 4),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(QuantizeFp8Params), **fields)
+
+
+assert (ctypes.sizeof(QuantizeFp8Params) == 320 and QuantizeFp8Params.q.offset == 48
+        and QuantizeFp8Params.q_stride.offset == 128)
+
+
 class Field(ctypes.Structure):
     """Mirror of flashattn_c_field: one field of a params struct as the library was compiled."""
 
@@ -213,7 +259,7 @@ class Field(ctypes.Structure):
 
 
 _C_TYPE_NAMES = {ctypes.c_uint32: "uint32", ctypes.c_int32: "int32", ctypes.c_float: "float",
-                 ctypes.c_int64: "int64", ctypes.c_void_p: "pointer"}
+                 ctypes.c_int64: "int64", ctypes.c_uint64: "uint64", ctypes.c_void_p: "pointer"}
 
 
 def c_type_name(ctype):
@@ -238,7 +284,8 @@ def library_fields(struct):
 # The library's description of each mirrored struct.
 _FIELDS_FNS = {Params: "flashattn_c_fwd_params_fields",
                DecodeParams: "flashattn_c_decode_params_fields",
-               BwdParams: "flashattn_c_bwd_params_fields"}
+               BwdParams: "flashattn_c_bwd_params_fields",
+               QuantizeFp8Params: "flashattn_c_quantize_fp8_params_fields"}
 
 
 def _fields_of(fn):
@@ -252,6 +299,8 @@ def _declare(lib):
     P = ctypes.POINTER(Params)
     D = ctypes.POINTER(DecodeParams)
     B = ctypes.POINTER(BwdParams)
+    Q = ctypes.POINTER(QuantizeFp8Params)
+    I32P = ctypes.POINTER(ctypes.c_int32)
     SizeP = ctypes.POINTER(ctypes.c_size_t)
     sigs = {
         "flashattn_c_forward": (ctypes.c_int, [P, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
@@ -276,6 +325,11 @@ def _declare(lib):
         "flashattn_c_fwd_params_fields": (ctypes.POINTER(Field), [SizeP]),
         "flashattn_c_decode_params_fields": (ctypes.POINTER(Field), [SizeP]),
         "flashattn_c_bwd_params_fields": (ctypes.POINTER(Field), [SizeP]),
+        "flashattn_c_quantize_fp8": (ctypes.c_int, [Q, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_can_quantize_fp8": (ctypes.c_int, [Q, ctypes.c_char_p, ctypes.c_size_t]),
+        "flashattn_c_quantize_fp8_params_size": (ctypes.c_size_t, []),
+        "flashattn_c_quantize_fp8_params_fields": (ctypes.POINTER(Field), [SizeP]),
+        "flashattn_c_fp8_block_rows": (ctypes.c_int, [ctypes.c_int, I32P, I32P]),
         "flashattn_c_version": (ctypes.c_char_p, []),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -424,3 +478,25 @@ def backward_can_implement(params, kernel):
     err = ctypes.create_string_buffer(_ERR_LEN)
     code = lib().flashattn_c_backward_can_implement(ctypes.byref(params), kernel, err, _ERR_LEN)
     return code, err.value.decode(errors="replace")
+
+
+def quantize_fp8(params):
+    """Runs flashattn_c_quantize_fp8; raises ValueError/UnsupportedError/RuntimeError on refusal."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_quantize_fp8(ctypes.byref(params), err, _ERR_LEN)
+    _raise_for(code, err.value.decode(errors="replace"))
+
+
+def can_quantize_fp8(params):
+    """(code, message) of flashattn_c_can_quantize_fp8."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    code = lib().flashattn_c_can_quantize_fp8(ctypes.byref(params), err, _ERR_LEN)
+    return code, err.value.decode(errors="replace")
+
+
+def fp8_block_rows(head_dim):
+    """(q_rows, kv_rows) per block descale for a head dim (flashattn_c_fp8_block_rows: the FP8
+    kernel's tiles), (0, 0) where no FP8 kernel is built for it."""
+    q_rows, kv_rows = ctypes.c_int32(0), ctypes.c_int32(0)
+    lib().flashattn_c_fp8_block_rows(int(head_dim), ctypes.byref(q_rows), ctypes.byref(kv_rows))
+    return q_rows.value, kv_rows.value

@@ -14,26 +14,44 @@ deterministic=True makes it bitwise reproducible (a fixed accumulation order; sl
 GPU). The returned LSE carries no gradient (lse.requires_grad is False).
 
 FP8: torch.float8_e4m3fn q, k and v (with the keywords q_descale, k_descale, v_descale and
-out_dtype) run forward only: an FP8 input or a descale that requires grad raises
-flashattn.UnsupportedError while grad mode is on.
+out_dtype, or K8's q_block_descale, k_block_descale, v_block_descale) run forward only: an FP8
+input or a descale that requires grad raises flashattn.UnsupportedError while grad mode is on.
+flash_attn_func(..., fp8="per_tensor" | "per_block" | "per_block_hadamard") quantises bf16/fp16
+inputs itself (forward only too).
 """
 import torch
 
-from . import _checks, _lib, ops
+from . import _checks, _lib, fp8 as _fp8, ops
 
 
-def _forward_only(q, k, v, q_descale, k_descale, v_descale):
+def _forward_only(q, k, v, q_descale, k_descale, v_descale, q_block_descale=None,
+                  k_block_descale=None, v_block_descale=None):
     # Only where autograd would record the call: under torch.no_grad FP8 inputs that require
     # grad are fine (nothing is recorded).
     if torch.is_grad_enabled():
         _checks.forward_only(q, k, v, q_descale=q_descale, k_descale=k_descale,
-                             v_descale=v_descale)
+                             v_descale=v_descale, q_block_descale=q_block_descale,
+                             k_block_descale=k_block_descale, v_block_descale=v_block_descale)
+
+
+def _quantise(fp8, q, k, v, out_dtype):
+    """flash_attn_func's fp8=: (q8, k8, v8, the per-head descales (3) or Nones, the block
+    descales (3) or Nones, o's dtype: out_dtype, default the inputs')."""
+    o_dtype = _checks.out_dtype(torch.float8_e4m3fn, q.dtype if out_dtype is None else out_dtype)
+    if fp8 == "per_tensor":
+        (q8, qd), (k8, kd), (v8, vd) = (_fp8.quantize_per_kv_head(t, k.shape[2])
+                                        for t in (q, k, v))
+        return q8, k8, v8, (qd, kd, vd), (None, None, None), o_dtype
+    rotation = "hadamard" if fp8 == "per_block_hadamard" else "none"
+    q8, k8, v8, *blocks = ops.quantize_fp8(q, k, v, rotation, 0)
+    return q8, k8, v8, (None, None, None), tuple(blocks), o_dtype
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     return_lse=False, kernel="auto", *, sinks=None, deterministic=False,
                     softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
-                    out_dtype=None):
+                    out_dtype=None, fp8=None, q_block_descale=None, k_block_descale=None,
+                    v_block_descale=None):
     """Attention over (batch, seqlen, heads, head_dim) tensors.
 
     q: (batch, seqlen_q, heads_q, head_dim); k: (batch, seqlen_k, heads_kv, head_dim);
@@ -61,6 +79,16 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     heads_kv)'s q_descale). out_dtype: torch.bfloat16 (the default for FP8 inputs) or
     torch.float16, the output's dtype; with 16-bit inputs only None or their own dtype. The LSE
     is fp32 in true units (of the dequantised scores). Not with sinks, softcap or block_table.
+    K8: q_block_descale, k_block_descale, v_block_descale instead of the descales: fp32, one
+    per block of rows, as flashattn.quantize_fp8 returns them with q8, k8, v8 (families k8 on
+    Hopper, which `auto` picks for them, and cpu; all three or none).
+
+    fp8 (forward only): FP8 attention of bf16/fp16 q, k, v in one call. "per_tensor": each
+    quantised with one descale amax/448 per sequence and KV head (in torch; then k7, as with the
+    descales above); "per_block": flashattn.quantize_fp8's blocks (then k8); "per_block_hadamard":
+    the same with q and k rotated first (seed 0), which spreads outliers. out is in the inputs'
+    dtype (or out_dtype); not with FP8 inputs or descales. Inputs that require grad raise
+    flashattn.UnsupportedError while grad mode is on.
 
     Differentiable: gradients flow to q, k, v and sinks where they require them (the backward
     reads this call's out and lse, saved by autograd); the returned lse carries none.
@@ -72,13 +100,23 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     with sinks their lse is the sink).
     """
     _checks.dense(q, k, v)
+    blocks = (q_block_descale, k_block_descale, v_block_descale)
+    if fp8 is not None:
+        _checks.fp8_mode(fp8, q, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                         q_block_descale=q_block_descale, k_block_descale=k_block_descale,
+                         v_block_descale=v_block_descale)
+        if torch.is_grad_enabled():
+            _checks.fp8_forward_only(fp8, q, k, v)
+        q, k, v, (q_descale, k_descale, v_descale), blocks, out_dtype = _quantise(
+            fp8, q, k, v, out_dtype)
     _checks.descales(q, q.shape[0], k.shape[2], q_descale=q_descale, k_descale=k_descale,
                      v_descale=v_descale)
-    _forward_only(q, k, v, q_descale, k_descale, v_descale)
+    _checks.block_descales(q, *blocks)
+    _forward_only(q, k, v, q_descale, k_descale, v_descale, *blocks)
     left, right = _checks.window(window_size)
     out, lse = ops.fwd(q, k, v, 0.0 if softmax_scale is None else float(softmax_scale),
                        bool(causal), left, right, kernel, sinks, bool(deterministic),
-                       float(softcap), q_descale, k_descale, v_descale, out_dtype)
+                       float(softcap), q_descale, k_descale, v_descale, out_dtype, *blocks)
     return (out, lse) if return_lse else out
 
 

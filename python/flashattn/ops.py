@@ -1,5 +1,6 @@
 """The torch.library custom ops: flashattn::fwd, flashattn::varlen_fwd and flashattn::fwd_kvcache,
-and the backward ops flashattn::bwd and flashattn::varlen_bwd.
+the backward ops flashattn::bwd and flashattn::varlen_bwd, and K8's FP8 pre-pass
+flashattn::quantize_fp8.
 
 Each op has a real implementation (fill the C struct from the tensors, call the library on the
 tensors' device and current stream), a fake implementation (output shapes, dtypes and strides
@@ -77,15 +78,33 @@ def _run(params, q, kernel, call=None):
         call(params, kid)
 
 
-def _set_fp8(params, o_dtype, *descales):
+def _set_fp8(params, o_dtype, *descales, blocks=(None, None, None)):
     """params.out_dtype and the descale pointers (ForwardParams'; q_descale, k_descale, v_descale
-    in that order, each None or fp32 (batch, heads_kv)). Returns the contiguous descales, which
-    must outlive the call."""
+    in that order, each None or fp32 (batch, heads_kv); `blocks` K8's q/k/v_block_descale, None
+    or fp32 (batch, heads, blocks)). Returns the contiguous descales, which must outlive the
+    call."""
     params.out_dtype = _checks.DTYPE_CODES[o_dtype]
-    dense = [None if t is None else t.contiguous() for t in descales]
-    params.q_descale, params.k_descale, params.v_descale = (
+    dense = [None if t is None else t.contiguous() for t in (*descales, *blocks)]
+    (params.q_descale, params.k_descale, params.v_descale, params.q_block_descale,
+     params.k_block_descale, params.v_block_descale) = (
         None if t is None else t.data_ptr() for t in dense)
     return dense
+
+
+def block_counts(q, k):
+    """K8's block descale shapes for dense q (batch, seqlen_q, heads_q, head_dim) and k:
+    ((batch, heads_q, ceil(seqlen_q / rows.q)), (batch, heads_kv, ceil(seqlen_k / rows.kv))) with
+    the library's rows per block (flashattn_c_fp8_block_rows; (0, 0) for a head dim without an
+    FP8 kernel, which gives no blocks and is refused by the library). For the ops' real and fake
+    implementations: it calls the library, which torch.compile traces only from there."""
+    q_rows, kv_rows = _lib.fp8_block_rows(int(q.shape[3]))
+
+    def blocks(seqlen, rows):
+        return (seqlen + rows - 1) // rows if rows > 0 else 0
+
+    batch, seqlen_q, heads_q, _ = q.shape
+    return ((batch, heads_q, blocks(seqlen_q, q_rows)),
+            (batch, k.shape[2], blocks(k.shape[1], kv_rows)))
 
 
 # ---- flashattn::fwd -----------------------------------------------------------------------------
@@ -94,18 +113,23 @@ def _set_fp8(params, o_dtype, *descales):
     schema="(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
            "int window_right, str kernel, Tensor? sinks=None, bool deterministic=False, "
            "float softcap=0.0, Tensor? q_descale=None, Tensor? k_descale=None, "
-           "Tensor? v_descale=None, ScalarType? out_dtype=None) -> (Tensor, Tensor)")
+           "Tensor? v_descale=None, ScalarType? out_dtype=None, Tensor? q_block_descale=None, "
+           "Tensor? k_block_descale=None, Tensor? v_block_descale=None) -> (Tensor, Tensor)")
 def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
         deterministic=False, softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
-        out_dtype=None):
+        out_dtype=None, q_block_descale=None, k_block_descale=None, v_block_descale=None):
     """out (batch, seqlen_q, heads_q, head_dim_v) and lse (batch, heads_q, seqlen_q), fp32.
     `deterministic` is the backward's (the forward is always deterministic). softcap: 0 off, else
     scores become softcap * tanh(scores / softcap) (ForwardParams::softcap). FP8 (e4m3) q, k, v:
-    out is out_dtype (None: bf16), the descales fp32 (batch, heads_kv) or None (1.0)."""
+    out is out_dtype (None: bf16), the descales fp32 (batch, heads_kv) or None (1.0); or K8's
+    block descales (flashattn::quantize_fp8's), fp32 (batch, heads, blocks)."""
     _checks.dense(q, k, v)  # again, for callers of torch.ops.flashattn.fwd itself
     _checks.sinks(sinks, q, q.shape[2])
     _checks.descales(q, q.shape[0], k.shape[2], q_descale=q_descale, k_descale=k_descale,
                      v_descale=v_descale)
+    blocks = (q_block_descale, k_block_descale, v_block_descale)
+    _checks.block_descales(q, *blocks, shapes=block_counts(q, k) if any(
+        t is not None for t in blocks) else None)
     o_dtype = _checks.out_dtype(q.dtype, out_dtype)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     batch, seqlen_q, heads_q, _ = q.shape
@@ -128,7 +152,7 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks
     if sinks is not None:
         sinks = sinks.contiguous()
         params.sinks = _ptr(sinks)
-    keep = _set_fp8(params, o_dtype, q_descale, k_descale, v_descale)
+    keep = _set_fp8(params, o_dtype, q_descale, k_descale, v_descale, blocks=blocks)
     _run(params, q, kernel)
     del keep
     return out, lse
@@ -137,7 +161,10 @@ def fwd(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks
 @fwd.register_fake
 def _(q, k, v, softmax_scale, causal, window_left, window_right, kernel, sinks=None,
       deterministic=False, softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
-      out_dtype=None):
+      out_dtype=None, q_block_descale=None, k_block_descale=None, v_block_descale=None):
+    blocks = (q_block_descale, k_block_descale, v_block_descale)
+    if any(t is not None for t in blocks):  # the shapes: a traced call fails where eager would
+        _checks.block_descales(q, *blocks, shapes=block_counts(q, k))
     batch, seqlen_q, heads_q, _ = q.shape
     out = q.new_empty((batch, seqlen_q, heads_q, v.shape[-1]),
                       dtype=_checks.out_dtype(q.dtype, out_dtype))
@@ -428,6 +455,61 @@ def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
     return _backward_outputs(q, k, v, sinks)
 
 
+# ---- flashattn::quantize_fp8 --------------------------------------------------------------------
+# K8's pre-pass (flashattn/fp8.h): no autograd (FP8 attention is forward-only); the seed travels
+# as the schema's int64, its bits those of the library's uint64.
+_UINT64 = 2**64 - 1
+
+
+def _quantize_outputs(q, k, v):
+    """q8, k8, v8 (e4m3, the inputs' shapes, contiguous) and the fp32 block descales."""
+    q_shape, kv_shape = block_counts(q, k)
+    e4m3 = torch.float8_e4m3fn
+    return (*(t.new_empty(t.shape, dtype=e4m3) for t in (q, k, v)),
+            q.new_empty(q_shape, dtype=torch.float32), q.new_empty(kv_shape, dtype=torch.float32),
+            q.new_empty(kv_shape, dtype=torch.float32))
+
+
+@torch.library.custom_op(
+    "flashattn::quantize_fp8", mutates_args=(),
+    schema="(Tensor q, Tensor k, Tensor v, str rotation, int seed) "
+           "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def quantize_fp8(q, k, v, rotation, seed):
+    """bf16/fp16 q, k, v (batch, seqlen, heads, head_dim) -> e4m3 q8, k8, v8 (same shapes,
+    contiguous) and fp32 block descales q (batch, heads_q, ceil(seqlen_q / rows.q)), k and v
+    (batch, heads_kv, ceil(seqlen_k / rows.kv)). rotation "none" or "hadamard" (q and k rotated
+    by the seeded orthogonal matrix first). On the tensors' device and current stream (the host
+    implementation, the same bytes, for CPU tensors)."""
+    _checks.dense(q, k, v)
+    rotation_code = _checks.quantize_fp8(q, rotation)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    outputs = _quantize_outputs(q, k, v)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    dims = _dims(batch=batch, seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads_q=heads_q,
+                 heads_kv=k.shape[2], head_dim=head_dim, head_dim_v=v.shape[3])
+    strides = lambda t: (_lib.ctypes.c_int64 * 4)(*_strides(t))  # noqa: E731
+    q8, k8, v8, qd, kd, vd = outputs
+    params = _lib.QuantizeFp8Params(
+        dtype=_checks.DTYPE_CODES[q.dtype], **dims, rotation=rotation_code, seed=seed & _UINT64,
+        q=_ptr(q), k=_ptr(k), v=_ptr(v), q_out=_ptr(q8), k_out=_ptr(k8), v_out=_ptr(v8),
+        q_block_descale=_ptr(qd), k_block_descale=_ptr(kd), v_block_descale=_ptr(vd),
+        q_stride=strides(q), k_stride=strides(k), v_stride=strides(v), q_out_stride=strides(q8),
+        k_out_stride=strides(k8), v_out_stride=strides(v8))
+    if q.device.type == "cpu":
+        _lib.quantize_fp8(params)
+    else:
+        with torch.cuda.device(q.device):
+            params.stream = torch.cuda.current_stream(q.device).cuda_stream or None
+            _lib.quantize_fp8(params)
+    return outputs
+
+
+@quantize_fp8.register_fake
+def _(q, k, v, rotation, seed):
+    _checks.quantize_fp8(q, rotation)
+    return _quantize_outputs(q, k, v)
+
+
 # ---- autograd -----------------------------------------------------------------------------------
 def backward_kernel(kernel):
     """The family the backward of a forward on `kernel` runs on."""
@@ -452,15 +534,17 @@ def _save(ctx, q, k, v, out, lse, sinks, sinks_index, *extra):
     ctx.sinks_index = sinks_index
 
 
-def _fp8_forward_only(q, k, v, fp8):
+def _fp8_forward_only(q, k, v, fp8, names=("q_descale", "k_descale", "v_descale")):
     # FP8 inputs have no backward: refused when autograd would record one (the descales, when
     # the op was called with them, are the trailing inputs `fp8`; out_dtype is not a tensor).
-    _checks.forward_only(q, k, v, **dict(zip(("q_descale", "k_descale", "v_descale"), fp8)))
+    _checks.forward_only(q, k, v, **dict(zip(names, fp8)))
 
 
 def _fwd_setup_context(ctx, inputs, output):
     q, k, v, scale, causal, left, right, kernel, sinks, deterministic, softcap, *fp8 = inputs
-    _fp8_forward_only(q, k, v, fp8[:3])
+    _fp8_forward_only(q, k, v, fp8[:3] + fp8[4:7], ("q_descale", "k_descale", "v_descale",
+                                                   "q_block_descale", "k_block_descale",
+                                                   "v_block_descale"))
     _save(ctx, q, k, v, *output, sinks, 8)
     ctx.softcap = softcap
     ctx.args = (scale, bool(causal), left, right, bool(deterministic), backward_kernel(kernel))

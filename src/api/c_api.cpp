@@ -1,7 +1,7 @@
 // The C ABI (include/flashattn/c_api.h) over the C++ API: copies the caller's struct into
-// ForwardParams (DecodeParams, BackwardParams) field by field from one list per struct, calls
-// can_implement() and forward() (decode(), backward()), and turns the Status into a code and a
-// message.
+// ForwardParams (DecodeParams, BackwardParams, QuantizeFp8Params) field by field from one list
+// per struct, calls can_implement() and forward() (decode(), backward(), quantize_fp8()), and
+// turns the Status into a code and a message.
 // Nothing thrown inside the library may unwind into a C caller (ctypes would abort the process),
 // so every entry point catches everything.
 #include "flashattn/c_api.h"
@@ -39,12 +39,15 @@ static_assert(FLASHATTN_C_KERNEL_FA2 == static_cast<int>(Kernel::fa2));
 static_assert(FLASHATTN_C_KERNEL_K6 == static_cast<int>(Kernel::k6));
 static_assert(FLASHATTN_C_KERNEL_K8 == static_cast<int>(Kernel::k8));
 static_assert(std::size(kAllKernels) == FLASHATTN_C_KERNEL_K8 + 1);
+static_assert(FLASHATTN_C_ROTATION_NONE == static_cast<int>(Fp8Rotation::none));
+static_assert(FLASHATTN_C_ROTATION_HADAMARD == static_cast<int>(Fp8Rotation::hadamard));
 
 // The struct's layout; the Python mirror (python/flashattn/_lib.py) checks the same numbers.
 // Version 1 ended at 256 bytes (before `sinks`), version 2 at 264 (before `softcap`), version 3
-// at 272 (before `block_table`), version 4 at 304 (before `out_dtype`): callers built against
-// them still run, with no sinks, no softcap, no block table, and FP8 inputs written as bf16 with
-// no descales (read_versioned zero-fills the tail they do not know; 0 is FLASHATTN_C_BF16).
+// at 272 (before `block_table`), version 4 at 304 (before `out_dtype`), version 5 at 336 (before
+// `q_block_descale`): callers built against them still run, with no sinks, no softcap, no block
+// table, FP8 inputs written as bf16 with no descales, and no block descales (read_versioned
+// zero-fills the tail they do not know; 0 is FLASHATTN_C_BF16).
 // `reserved2` pads version 3, `reserved3` version 4 and `reserved4` the int32 out_dtype of
 // version 5 to a multiple of 8 bytes.
 static_assert(offsetof(flashattn_c_fwd_params, q) == 64);
@@ -54,7 +57,8 @@ static_assert(offsetof(flashattn_c_fwd_params, sinks) == kV1Size);
 static_assert(offsetof(flashattn_c_fwd_params, softcap) == 264);      // version 2's size
 static_assert(offsetof(flashattn_c_fwd_params, block_table) == 272);  // version 3's size
 static_assert(offsetof(flashattn_c_fwd_params, out_dtype) == 304);    // version 4's size
-static_assert(sizeof(flashattn_c_fwd_params) == 336);
+static_assert(offsetof(flashattn_c_fwd_params, q_block_descale) == 336);  // version 5's size
+static_assert(sizeof(flashattn_c_fwd_params) == 360);
 
 // The decode struct's layout; version 1 ended at 368 bytes (before `sinks`); `reserved3` pads
 // version 4 (the rotary fields) to a multiple of 8 bytes.
@@ -74,6 +78,13 @@ static_assert(offsetof(flashattn_c_bwd_params, q_stride) == 176);
 constexpr size_t kBwdV1Size = 432;
 static_assert(offsetof(flashattn_c_bwd_params, softcap) == kBwdV1Size);
 static_assert(sizeof(flashattn_c_bwd_params) == 440);
+
+// The pre-pass struct's layout (version 1: 320 bytes; ten 32-bit fields, so no `reserved`).
+static_assert(offsetof(flashattn_c_quantize_fp8_params, seed) == 40);
+static_assert(offsetof(flashattn_c_quantize_fp8_params, q) == 48);
+static_assert(offsetof(flashattn_c_quantize_fp8_params, q_stride) == 128);
+constexpr size_t kQuantV1Size = 320;
+static_assert(sizeof(flashattn_c_quantize_fp8_params) == kQuantV1Size);
 
 // ---- the field lists ---------------------------------------------------------------------------
 // Every field of each C struct, in declaration order, as HEADER(c_name) (read by read_versioned,
@@ -97,7 +108,8 @@ static_assert(sizeof(flashattn_c_bwd_params) == 440);
   FIELD(max_blocks_per_seq, max_blocks_per_seq) FIELD(num_blocks, num_blocks)                   \
   FIELD(page_size, page_size) HEADER(reserved3) FIELD(out_dtype, out_dtype)                     \
   HEADER(reserved4) FIELD(q_descale, q_descale) FIELD(k_descale, k_descale)                     \
-  FIELD(v_descale, v_descale)
+  FIELD(v_descale, v_descale) FIELD(q_block_descale, q_block_descale)                           \
+  FIELD(k_block_descale, k_block_descale) FIELD(v_block_descale, v_block_descale)
 
 #define FLASHATTN_C_DECODE_FIELDS(HEADER, FIELD)                                                \
   HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
@@ -133,6 +145,17 @@ static_assert(sizeof(flashattn_c_bwd_params) == 440);
   FIELD(k_stride, k.stride) FIELD(v_stride, v.stride) FIELD(o_stride, o.stride)                 \
   FIELD(dout_stride, dout.stride) FIELD(dq_stride, dq.stride) FIELD(dk_stride, dk.stride)       \
   FIELD(dv_stride, dv.stride) FIELD(softcap, softcap) HEADER(reserved2)
+
+#define FLASHATTN_C_QUANTIZE_FP8_FIELDS(HEADER, FIELD)                                          \
+  HEADER(struct_size) FIELD(dtype, dtype) FIELD(batch, batch) FIELD(seqlen_q, seqlen_q)         \
+  FIELD(seqlen_k, seqlen_k) FIELD(heads_q, heads_q) FIELD(heads_kv, heads_kv)                   \
+  FIELD(head_dim, head_dim) FIELD(head_dim_v, head_dim_v) FIELD(rotation, rotation)             \
+  FIELD(seed, seed) FIELD(q, q.data) FIELD(k, k.data) FIELD(v, v.data) FIELD(q_out, q_out.data) \
+  FIELD(k_out, k_out.data) FIELD(v_out, v_out.data) FIELD(q_block_descale, q_block_descale)     \
+  FIELD(k_block_descale, k_block_descale) FIELD(v_block_descale, v_block_descale)               \
+  FIELD(stream, stream) FIELD(q_stride, q.stride) FIELD(k_stride, k.stride)                     \
+  FIELD(v_stride, v.stride) FIELD(q_out_stride, q_out.stride) FIELD(k_out_stride, k_out.stride) \
+  FIELD(v_out_stride, v_out.stride)
 // clang-format on
 
 // The C type of a field, as flashattn_c_field names it.
@@ -146,6 +169,8 @@ constexpr const char* c_type_name() {
     return "float";
   else if constexpr (std::is_same_v<T, int64_t>)
     return "int64";
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return "uint64";
   else if constexpr (std::is_pointer_v<T>)
     return "pointer";
   else if constexpr (std::is_same_v<T, int64_t[4]>)
@@ -170,6 +195,11 @@ constexpr auto kBwdFields = [] {
   using S = flashattn_c_bwd_params;
   return std::array{FLASHATTN_C_BWD_FIELDS(FLASHATTN_C_LAYOUT_HEADER, FLASHATTN_C_LAYOUT_FIELD)};
 }();
+constexpr auto kQuantFields = [] {
+  using S = flashattn_c_quantize_fp8_params;
+  return std::array{
+      FLASHATTN_C_QUANTIZE_FP8_FIELDS(FLASHATTN_C_LAYOUT_HEADER, FLASHATTN_C_LAYOUT_FIELD)};
+}();
 
 // The fields follow each other with no gap and end at sizeof(S): the list misses no field, and
 // (the structs having no implicit padding) names them in declaration order.
@@ -185,6 +215,7 @@ constexpr bool covers_every_byte(const std::array<flashattn_c_field, N>& fields)
 static_assert(covers_every_byte<flashattn_c_fwd_params>(kFwdFields));
 static_assert(covers_every_byte<flashattn_c_decode_params>(kDecodeFields));
 static_assert(covers_every_byte<flashattn_c_bwd_params>(kBwdFields));
+static_assert(covers_every_byte<flashattn_c_quantize_fp8_params>(kQuantFields));
 
 struct Converted {
   Status status;
@@ -199,6 +230,11 @@ struct ConvertedDecode {
 struct ConvertedBwd {
   Status status;
   BackwardParams params;
+};
+
+struct ConvertedQuant {
+  Status status;
+  QuantizeFp8Params params;
 };
 
 void write_message(const std::string& msg, char* err, size_t err_len) {
@@ -237,8 +273,9 @@ Status read_versioned(const CParams* in, size_t v1_size, const char* type, CPara
     if (out.reserved != 0)
       return invalid("reserved: must be 0, got " + std::to_string(out.reserved));
   }
-  if (out.reserved2 != 0) {  // zero when the caller's struct ends before it
-    return invalid("reserved2: must be 0, got " + std::to_string(out.reserved2));
+  if constexpr (requires { out.reserved2; }) {  // zero when the caller's struct ends before it
+    if (out.reserved2 != 0)
+      return invalid("reserved2: must be 0, got " + std::to_string(out.reserved2));
   }
   if constexpr (requires { out.reserved3; }) {
     if (out.reserved3 != 0)
@@ -285,6 +322,10 @@ Status copy_field(const char*, int32_t from, KvScaleLayout& to) {  // range chec
   to = static_cast<KvScaleLayout>(from);
   return Status::success();
 }
+Status copy_field(const char*, int32_t from, Fp8Rotation& to) {  // range checked by validation
+  to = static_cast<Fp8Rotation>(from);
+  return Status::success();
+}
 Status copy_field(const char*, const int64_t (&from)[4], int64_t (&to)[4]) {
   std::copy(std::begin(from), std::end(from), std::begin(to));
   return Status::success();
@@ -329,6 +370,19 @@ ConvertedBwd convert_bwd(const flashattn_c_bwd_params* in) {
   ConvertedBwd c;
   flashattn_c_bwd_params p{};
   c.status = read_versioned(in, kBwdV1Size, "flashattn_c_bwd_params", p);
+  if (c.status.ok()) c.status = copy_fields(p, c.params);
+  return c;
+}
+
+Status copy_fields(const flashattn_c_quantize_fp8_params& p, QuantizeFp8Params& out) {
+  FLASHATTN_C_QUANTIZE_FP8_FIELDS(FLASHATTN_C_COPY_HEADER, FLASHATTN_C_COPY_FIELD)
+  return Status::success();
+}
+
+ConvertedQuant convert_quant(const flashattn_c_quantize_fp8_params* in) {
+  ConvertedQuant c;
+  flashattn_c_quantize_fp8_params p{};
+  c.status = read_versioned(in, kQuantV1Size, "flashattn_c_quantize_fp8_params", p);
   if (c.status.ok()) c.status = copy_fields(p, c.params);
   return c;
 }
@@ -389,6 +443,17 @@ int call_bwd(const flashattn_c_bwd_params* in, int kernel, char* err, size_t err
     if (!valid_kernel_id(kernel))
       return invalid("kernel: unknown kernel id " + std::to_string(kernel));
     return fn(c.params, static_cast<Kernel>(kernel));
+  });
+}
+
+// The same for the pre-pass entry points.
+template <class Fn>
+int call_quant(const flashattn_c_quantize_fp8_params* in, char* err, size_t err_len,
+               Fn fn) noexcept {
+  return guarded(err, err_len, [&]() -> Status {
+    ConvertedQuant c = convert_quant(in);
+    if (!c.status.ok()) return std::move(c.status);
+    return fn(c.params);
   });
 }
 
@@ -479,6 +544,29 @@ size_t flashattn_c_fwd_params_size(void) {
   return sizeof(flashattn_c_fwd_params);
 }
 
+int flashattn_c_quantize_fp8(const flashattn_c_quantize_fp8_params* params, char* err,
+                             size_t err_len) {
+  return fa::call_quant(params, err, err_len,
+                        [](const fa::QuantizeFp8Params& p) { return fa::quantize_fp8(p); });
+}
+
+int flashattn_c_can_quantize_fp8(const flashattn_c_quantize_fp8_params* params, char* err,
+                                 size_t err_len) {
+  return fa::call_quant(params, err, err_len,
+                        [](const fa::QuantizeFp8Params& p) { return fa::can_quantize_fp8(p); });
+}
+
+size_t flashattn_c_quantize_fp8_params_size(void) {
+  return sizeof(flashattn_c_quantize_fp8_params);
+}
+
+int flashattn_c_fp8_block_rows(int head_dim, int32_t* q_rows, int32_t* kv_rows) {
+  const fa::Fp8BlockRows rows = fa::fp8_block_rows(head_dim);  // arithmetic: nothing thrown
+  if (q_rows != nullptr) *q_rows = rows.q;
+  if (kv_rows != nullptr) *kv_rows = rows.kv;
+  return rows.q > 0 ? 1 : 0;
+}
+
 const flashattn_c_field* flashattn_c_fwd_params_fields(size_t* count) {
   if (count != nullptr) *count = fa::kFwdFields.size();
   return fa::kFwdFields.data();
@@ -492,6 +580,11 @@ const flashattn_c_field* flashattn_c_decode_params_fields(size_t* count) {
 const flashattn_c_field* flashattn_c_bwd_params_fields(size_t* count) {
   if (count != nullptr) *count = fa::kBwdFields.size();
   return fa::kBwdFields.data();
+}
+
+const flashattn_c_field* flashattn_c_quantize_fp8_params_fields(size_t* count) {
+  if (count != nullptr) *count = fa::kQuantFields.size();
+  return fa::kQuantFields.data();
 }
 
 const char* flashattn_c_version(void) {

@@ -240,9 +240,12 @@ FP8_SCORE_REL_TOL = 1.0 / 4096
 
 def per_query_head(descale, heads):
     """A (batch, heads_kv) descale as a factor broadcast over (batch, seqlen, heads, dim): query
-    head h uses KV head h // (heads / heads_kv)'s value. None: 1."""
+    head h uses KV head h // (heads / heads_kv)'s value. None: 1. A 4-dimensional descale is
+    such a factor already (K8's block descales per row: test_k8.py's per_row)."""
     if descale is None:
         return 1.0
+    if descale.dim() == 4:
+        return descale
     return descale.repeat_interleave(heads // descale.shape[1], dim=1)[:, None, :, None]
 
 

@@ -32,9 +32,11 @@ def _assert_layout(struct, expected):
 
 def test_library_loads_and_matches_the_package():
     lib = _lib.lib()
-    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 336
+    assert lib.flashattn_c_fwd_params_size() == ctypes.sizeof(_lib.Params) == 360
     assert lib.flashattn_c_decode_params_size() == ctypes.sizeof(_lib.DecodeParams) == 440
     assert lib.flashattn_c_bwd_params_size() == ctypes.sizeof(_lib.BwdParams) == 440
+    assert (lib.flashattn_c_quantize_fp8_params_size() == ctypes.sizeof(_lib.QuantizeFp8Params)
+            == 320)
     assert flashattn.library_version() == flashattn.__version__
 
 
@@ -42,6 +44,7 @@ def test_library_loads_and_matches_the_package():
     (_lib.Params, "flashattn_c_fwd_params_fields"),
     (_lib.DecodeParams, "flashattn_c_decode_params_fields"),
     (_lib.BwdParams, "flashattn_c_bwd_params_fields"),
+    (_lib.QuantizeFp8Params, "flashattn_c_quantize_fp8_params_fields"),
 ])
 def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
     """_lib.py's _fields_ against the library's own description of the struct (built with
@@ -51,7 +54,7 @@ def test_ctypes_mirror_matches_the_c_struct_field_by_field(struct, fields_fn):
     theirs = [(fields[i].name.decode(), fields[i].type.decode(), fields[i].offset, fields[i].size)
               for i in range(count.value)]
     ctype_names = {ctypes.c_uint32: "uint32", ctypes.c_int32: "int32", ctypes.c_float: "float",
-                   ctypes.c_int64: "int64", ctypes.c_void_p: "pointer",
+                   ctypes.c_int64: "int64", ctypes.c_uint64: "uint64", ctypes.c_void_p: "pointer",
                    ctypes.c_int64 * 4: "int64[4]"}
     ours = [(name, ctype_names.get(ctype, repr(ctype)), getattr(struct, name).offset,
              getattr(struct, name).size) for name, ctype in struct._fields_]
@@ -381,3 +384,126 @@ def test_fp8_cache_fields_and_older_sizes():
     _assert_layout(_lib.DecodeParams, {
         "cache_dtype": ("int32", 416), "kv_scale_layout": ("int32", 420),
         "k_scale": ("pointer", 424), "v_scale": ("pointer", 432)})
+
+
+def test_block_descale_fields_and_older_sizes():
+    """Version 6 appends K8's three block descales (360 bytes): their rules are read from a
+    struct of the current size; a caller of version 5 (336 bytes) is not read past its end (a
+    zero-filled tail: no block descales)."""
+    params = _fwd_shape_params
+    code, msg = _lib.can_implement(params(q_block_descale=64, k_block_descale=64,
+                                          v_block_descale=64), 0)
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith(
+        "q_block_descale: only with dtype e4m3"), msg
+    code, msg = _lib.can_implement(params(dtype=_lib.E4M3, k_block_descale=64), 0)
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith(
+        "q_block_descale: null while k_block_descale is set"), msg
+    _older_caller_is_not_read_past(params(q_block_descale=64), 336, _lib.can_implement,
+                                   ("block_descale",), (0,))
+    _assert_layout(_lib.Params, {
+        "q_block_descale": ("pointer", 336), "k_block_descale": ("pointer", 344),
+        "v_block_descale": ("pointer", 352)})
+
+
+def test_fp8_block_rows_through_the_abi():
+    lib = _lib.lib()
+    for d in (64, 128, 256):
+        q_rows, kv_rows = _lib.fp8_block_rows(d)
+        assert q_rows > 0 and kv_rows > 0 and kv_rows % 32 == 0  # 8-bit wgmma's k
+    assert _lib.fp8_block_rows(96) == (0, 0) and _lib.fp8_block_rows(-1) == (0, 0)
+    assert lib.flashattn_c_fp8_block_rows(128, None, None) == 1
+    assert lib.flashattn_c_fp8_block_rows(96, None, None) == 0
+
+
+def _quantize_shape_params(**kw):
+    """Pre-pass params whose shape rules read no memory."""
+    fields = dict(dtype=_lib.BF16, batch=1, seqlen_q=4, seqlen_k=4, heads_q=1, heads_kv=1,
+                  head_dim=64)
+    fields.update(kw)
+    return _lib.QuantizeFp8Params(**fields)
+
+
+def test_quantize_fp8_abi_rules():
+    lib = _lib.lib()
+    p = _quantize_shape_params()
+    p.struct_size = 64
+    code, msg = _lib.can_quantize_fp8(p)
+    assert code == _lib.INVALID_ARGUMENT and msg == (
+        "struct_size: must be at least 320 (sizeof flashattn_c_quantize_fp8_params), got 64")
+    assert lib.flashattn_c_quantize_fp8(None, None, 0) == _lib.INVALID_ARGUMENT
+    assert lib.flashattn_c_can_quantize_fp8(None, None, 0) == _lib.INVALID_ARGUMENT
+    assert _lib.can_quantize_fp8(_quantize_shape_params(dtype=9))[1].startswith(
+        "dtype: must be FLASHATTN_C_BF16 (0)")
+    code, msg = _lib.can_quantize_fp8(_quantize_shape_params(dtype=_lib.E4M3))
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith("dtype: must be bf16 or fp16"), msg
+    assert _lib.can_quantize_fp8(_quantize_shape_params(rotation=2)) == (
+        _lib.INVALID_ARGUMENT, "rotation: must be none or hadamard, got Fp8Rotation 2")
+    code, msg = _lib.can_quantize_fp8(_quantize_shape_params(head_dim=96))
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith("head_dim: must be 64, 128 or 256")
+    code, msg = _lib.can_quantize_fp8(_quantize_shape_params())  # the shapes pass: null q
+    assert code == _lib.INVALID_ARGUMENT and msg.startswith("q.data: must not be null"), msg
+    with pytest.raises(ValueError, match="q.data: must not be null"):
+        _lib.quantize_fp8(_quantize_shape_params(rotation=_lib.ROTATION_HADAMARD))
+
+    # A caller compiled against a later version appends fields; this library reads version 1.
+    class Newer(ctypes.Structure):
+        _fields_ = [("v1", _lib.QuantizeFp8Params), ("added", ctypes.c_int64 * 2)]
+
+    n = Newer(v1=_quantize_shape_params(head_dim=96), added=(ctypes.c_int64 * 2)(7, 7))
+    n.v1.struct_size = ctypes.sizeof(Newer)
+    err = ctypes.create_string_buffer(256)
+    code = lib.flashattn_c_can_quantize_fp8(
+        ctypes.cast(ctypes.byref(n), ctypes.POINTER(_lib.QuantizeFp8Params)), err, 256)
+    assert code == _lib.INVALID_ARGUMENT and err.value.startswith(b"head_dim: must be 64")
+
+
+def test_quantize_fp8_and_block_descales_through_the_abi_on_host():
+    """flashattn_c_quantize_fp8 with every field set by hand (strides of a heads-major k, the
+    rotation, a seed above 2**63) writes what flashattn.quantize_fp8 writes, and
+    flashattn_c_forward reads the block descales of version 6; the same struct passed with
+    version 5's size is read without them (the e4m3 inputs with descales 1)."""
+    import torch
+
+    b, s, h, d = 2, 200, 2, 128
+    q, v = (torch.randn(b, s, h, d).bfloat16() for _ in range(2))
+    k = torch.randn(b, h, s, d).bfloat16().transpose(1, 2)  # heads-major strides
+    seed = 2**64 - 3
+    want = flashattn.quantize_fp8(q, k, v, rotation="hadamard", seed=seed)
+    out8 = [torch.empty(b, s, h, d, dtype=torch.float8_e4m3fn) for _ in range(3)]
+    descales = [torch.empty_like(t) for t in want[3:]]
+    st = (ctypes.c_int64 * 4)
+    p = _lib.QuantizeFp8Params(
+        dtype=_lib.BF16, batch=b, seqlen_q=s, seqlen_k=s, heads_q=h, heads_kv=h, head_dim=d,
+        rotation=_lib.ROTATION_HADAMARD, seed=seed, q=q.data_ptr(), k=k.data_ptr(),
+        v=v.data_ptr(), q_out=out8[0].data_ptr(), k_out=out8[1].data_ptr(),
+        v_out=out8[2].data_ptr(), q_block_descale=descales[0].data_ptr(),
+        k_block_descale=descales[1].data_ptr(), v_block_descale=descales[2].data_ptr(),
+        q_stride=st(*q.stride()), k_stride=st(*k.stride()), v_stride=st(*v.stride()),
+        q_out_stride=st(*out8[0].stride()), k_out_stride=st(*out8[1].stride()),
+        v_out_stride=st(*out8[2].stride()))
+    assert _lib.can_quantize_fp8(p) == (_lib.OK, "")
+    _lib.quantize_fp8(p)
+    for got, w in zip(out8, want[:3]):
+        assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))
+    for got, w in zip(descales, want[3:]):
+        assert torch.equal(got, w)
+
+    def run(struct_size=None):
+        o = torch.empty(b, s, h, d, dtype=torch.bfloat16)
+        f = _lib.Params(dtype=_lib.E4M3, batch=b, seqlen_q=s, seqlen_k=s, heads_q=h,
+                        heads_kv=h, head_dim=d, window_left=-1, window_right=-1,
+                        q=out8[0].data_ptr(), k=out8[1].data_ptr(), v=out8[2].data_ptr(),
+                        o=o.data_ptr(), q_stride=st(*out8[0].stride()),
+                        k_stride=st(*out8[1].stride()), v_stride=st(*out8[2].stride()),
+                        o_stride=st(*o.stride()), q_block_descale=descales[0].data_ptr(),
+                        k_block_descale=descales[1].data_ptr(),
+                        v_block_descale=descales[2].data_ptr())
+        if struct_size is not None:
+            f.struct_size = struct_size
+        _lib.forward(f, _lib.kernel_id("cpu"))
+        return o
+
+    assert torch.equal(run(), flashattn.flash_attn_func(
+        *out8, kernel="cpu", q_block_descale=descales[0], k_block_descale=descales[1],
+        v_block_descale=descales[2]))
+    assert torch.equal(run(struct_size=336), flashattn.flash_attn_func(*out8, kernel="cpu"))
