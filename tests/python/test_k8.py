@@ -195,9 +195,16 @@ def test_quantize_fp8_shapes_fake_and_opcheck():
     for r, f in zip(real, fake):
         assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
     # test_schema compares the outputs with torch.allclose, which float8 lacks on the CPU.
-    torch.library.opcheck(torch.ops.flashattn.quantize_fp8.default, args,
-                          test_utils=("test_autograd_registration", "test_faketensor",
-                                      "test_aot_dispatch_dynamic"))
+    utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch.ops.flashattn.quantize_fp8.default, args, test_utils=utils)
+    # The forward op with the block descales (its trailing arguments).
+    fwd_args = (*real[:3], 0.0, True, -1, -1, "cpu", None, False, 0.0, None, None, None,
+                torch.float16, *real[3:])
+    torch.library.opcheck(torch.ops.flashattn.fwd.default, fwd_args, test_utils=utils)
+    with FakeTensorMode() as mode:
+        fake = torch.ops.flashattn.fwd(
+            *(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in fwd_args))
+    assert fake[0].shape == (2, 130, 4, 256) and fake[0].dtype == torch.float16
 
 
 def test_quantize_fp8_argument_errors():
