@@ -37,9 +37,10 @@ struct Fp8BlockRows {
 Fp8BlockRows fp8_block_rows(int head_dim);
 
 // Shapes as ForwardParams' (dense: no variable length). head_dim is q's and k's, head_dim_v v's
-// (0: head_dim; K8 runs head_dim_v == head_dim). Inputs and outputs any strides with a
-// contiguous last dim; outputs must not overlap inputs. In device memory (the GPU pre-pass) or
-// all in host memory (the reference implementation, same results bit for bit).
+// (0: head_dim; K8 runs head_dim_v == head_dim). Inputs and outputs any strides >= 0 with a
+// contiguous last dim; outputs must not overlap inputs or each other. All in device memory (the
+// GPU pre-pass) or all in host memory (the reference implementation, same results bit for bit);
+// an empty tensor's pointers may be null.
 struct QuantizeFp8Params {
   DType dtype = DType::bf16;  // of q, k, v: bf16 or fp16
   int batch = 0;
