@@ -399,9 +399,10 @@ TEST(Validation, SoftcapOnlyWhereSupported) {
   h.p.softcap = 30.f;
   EXPECT_TRUE(fa::can_implement(h.p, fa::Kernel::cpu).ok());
   for (fa::Kernel k : fa::kAllKernels) {
-    // k7 runs e4m3 only, which refuses softcap for every family (Fp8ValidationRule).
+    // k7 and k8 run e4m3 only, which refuses softcap for every family (Fp8ValidationRule).
     if (k == fa::Kernel::cpu || k == fa::Kernel::fa2 || k == fa::Kernel::k6 ||
-        k == fa::Kernel::k7 || k == fa::Kernel::automatic || !fa::kernel_is_built(k)) {
+        k == fa::Kernel::k7 || k == fa::Kernel::k8 || k == fa::Kernel::automatic ||
+        !fa::kernel_is_built(k)) {
       continue;
     }
     const fa::Status s = fa::can_implement(h.p, k);
@@ -451,6 +452,17 @@ struct Fp8Problem {
     p.q_descale = q_descale.data();
     p.k_descale = k_descale.data();
     p.v_descale = v_descale.data();
+  }
+
+  // K8's block descales in place of the per-head ones: fp8_block_rows(64) is {192, 128}, so one
+  // block per (sequence, head): (batch 2, heads_q 4, 1) and (batch 2, heads_kv 2, 1).
+  std::vector<float> q_block{0.5f, 1.f, 1.5f, 2.f, 0.25f, 0.75f, 1.25f, 1.75f},
+      k_block{1.f, 0.5f, 2.f, 0.625f}, v_block{0.75f, 1.5f, 1.f, 1.25f};
+  void use_blocks() {
+    h.p.q_descale = h.p.k_descale = h.p.v_descale = nullptr;
+    h.p.q_block_descale = q_block.data();
+    h.p.k_block_descale = k_block.data();
+    h.p.v_block_descale = v_block.data();
   }
 };
 
@@ -524,6 +536,128 @@ const std::vector<Fp8Rule>& fp8_rules() {
        C::unsupported, "sinks: attention sinks are not supported with FP8 inputs (dtype e4m3)"},
       {"softcap_with_e4m3", [](Fp8Problem& g) { g.h.p.softcap = 30.f; }, C::unsupported,
        "softcap: soft-capping is not supported with FP8 inputs (dtype e4m3)"},
+      // K8's block descales (q/k/v_block_descale): e4m3 inputs only, all three or none, instead
+      // of the per-head descales, dense batches, and head dims whose blocks are defined.
+      {"block_descales_with_bf16",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.dtype = fa::DType::bf16;
+       },
+       C::invalid_argument,
+       "q_block_descale: only with dtype e4m3 (FP8 inputs, as quantize_fp8() writes them), got "
+       "dtype bf16"},
+      {"k_block_descale_missing",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.k_block_descale = nullptr;
+       },
+       C::invalid_argument,
+       "k_block_descale: null while q_block_descale is set (the block descales come all three or "
+       "none)"},
+      {"only_v_block_descale",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.q_block_descale = g.h.p.k_block_descale = nullptr;
+       },
+       C::invalid_argument, "q_block_descale: null while v_block_descale is set"},
+      {"block_and_per_head_descales",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.k_descale = g.k_descale.data();
+       },
+       C::invalid_argument,
+       "k_descale: must be null with block descales (q_block_descale...): each block of rows "
+       "carries its own descale"},
+      {"block_descales_with_block_table",
+       [](Fp8Problem& g) {
+         static const int32_t cu_q[3] = {0, 10, 17}, cu_k[3] = {0, 9, 23};
+         static const int32_t table[12] = {5, 1, 7, 3, 3, 3, 0, 6, 2, 4, 3, 3};
+         g.use_blocks();
+         fa::ForwardParams& p = g.h.p;
+         p.cu_seqlens_q = cu_q;
+         p.cu_seqlens_k = cu_k;
+         p.total_q = 17;
+         p.block_table = table;
+         p.max_blocks_per_seq = 6;
+         p.num_blocks = 8;
+         p.page_size = 4;
+       },
+       C::invalid_argument,
+       "block_table: not with block descales (q_block_descale...), which describe dense batches "
+       "only"},
+      {"block_descales_with_cu_seqlens",
+       [](Fp8Problem& g) {
+         static const int32_t cu_q[3] = {0, 10, 17}, cu_k[3] = {0, 9, 23};
+         g.use_blocks();
+         g.h.p.cu_seqlens_q = cu_q;
+         g.h.p.cu_seqlens_k = cu_k;
+         g.h.p.total_q = 17;
+         g.h.p.total_k = 23;
+       },
+       C::invalid_argument,
+       "cu_seqlens_q: not with block descales (q_block_descale...): their layout (batch, heads, "
+       "ceil(seqlen / rows)) describes dense batches only"},
+      {"block_descales_head_dim_96",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.head_dim = 96;
+       },
+       C::invalid_argument,
+       "head_dim: block descales need head_dim 64, 128 or 256 with head_dim_v equal (their rows "
+       "per block are the FP8 kernel's tiles, fp8_block_rows), got 96 / 96"},
+      {"block_descales_head_dim_v_differs",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.head_dim = 192;
+         g.h.p.head_dim_v = 128;
+       },
+       C::invalid_argument, "head_dim: block descales need head_dim 64, 128 or 256"},
+      {"q_block_descale_misaligned",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.q_block_descale = reinterpret_cast<const float*>(
+             reinterpret_cast<const char*>(g.q_block.data()) + 2);
+       },
+       C::invalid_argument,
+       "q_block_descale: must be a 4-byte aligned fp32 array of batch * heads_q * ceil(seqlen_q / "
+       "192) descales"},
+      {"v_block_descale_misaligned",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.v_block_descale = reinterpret_cast<const float*>(
+             reinterpret_cast<const char*>(g.v_block.data()) + 1);
+       },
+       C::invalid_argument,
+       "v_block_descale: must be a 4-byte aligned fp32 array of batch * heads_kv * ceil(seqlen_k "
+       "/ 128) descales"},
+      {"o_overlaps_v_block_descale",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.h.p.v_block_descale = reinterpret_cast<const float*>(g.h.o.data()) + 8;
+       },
+       C::invalid_argument, "o: overlaps input v_block_descale"},
+      // The cpu family reads host block descales as given: each must be finite and > 0.
+      {"q_block_descale_zero",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.q_block[5] = 0.f;
+       },
+       C::invalid_argument,
+       "q_block_descale[5] (batch 1, head 1, block 0): must be finite and > 0, got 0"},
+      {"k_block_descale_nan",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.k_block[2] = std::nanf("");
+       },
+       C::invalid_argument,
+       "k_block_descale[2] (batch 1, kv head 0, block 0): must be finite and > 0"},
+      {"v_block_descale_negative",
+       [](Fp8Problem& g) {
+         g.use_blocks();
+         g.v_block[1] = -0.5f;
+       },
+       C::invalid_argument,
+       "v_block_descale[1] (batch 0, kv head 1, block 0): must be finite and > 0, got -0.5"},
       // A broken rule of the problem is reported before a dtype rule.
       {"batch_before_fp8_rules",
        [](Fp8Problem& g) {
@@ -571,24 +705,70 @@ TEST(Fp8Validation, BlockTableIsUnsupported) {
   EXPECT_EQ(fa::can_implement(g.h.p, fa::Kernel::cpu).code, fa::StatusCode::invalid_argument);
 }
 
-// Each family names the dtypes it runs: k7 e4m3 only, the 16-bit families bf16 and fp16. These
-// feature rules come before the memory rules, so they answer without a device.
+// Each family names the dtypes it runs: k7 and k8 e4m3 only, the 16-bit families bf16 and fp16.
+// These feature rules come before the memory rules, so they answer without a device.
 TEST(Fp8Validation, EachFamilyRunsItsDtypes) {
   Fp8Problem g;
   for (fa::Kernel k : fa::kAllKernels) {
     if (k == fa::Kernel::automatic || k == fa::Kernel::cpu || k == fa::Kernel::k7 ||
-        !fa::kernel_is_built(k)) {
+        k == fa::Kernel::k8 || !fa::kernel_is_built(k)) {
       continue;
     }
     const fa::Status s = fa::can_implement(g.h.p, k);
     EXPECT_EQ(s.code, fa::StatusCode::unsupported) << fa::kernel_name(k) << ": " << s.message;
     EXPECT_EQ(s.message, "dtype: kernel " + std::string(fa::kernel_name(k)) +
-                             " runs bf16 and fp16, not e4m3 (k7 and cpu run e4m3)");
+                             " runs bf16 and fp16, not e4m3 (k7, k8 and cpu run e4m3)");
   }
   HostProblem h;
-  const fa::Status s = fa::can_implement(h.p, fa::Kernel::k7);
-  EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
-  EXPECT_EQ(s.message, "dtype: kernel k7 runs e4m3, not bf16");
+  for (fa::Kernel k : {fa::Kernel::k7, fa::Kernel::k8}) {
+    const fa::Status s = fa::can_implement(h.p, k);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_EQ(s.message, "dtype: kernel " + std::string(fa::kernel_name(k)) +
+                             " runs e4m3, not bf16");
+  }
+}
+
+// Block descales pick the family: k7 refuses them pointing to k8, k8 refuses inputs without them
+// pointing to k7, cpu takes both (and auto picks it for host memory). Feature rules: they answer
+// before the memory rules, without a device.
+TEST(Fp8Validation, BlockDescalesRunOnK8) {
+  {
+    Fp8Problem g;
+    g.use_blocks();
+    const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::k7);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_EQ(s.message,
+              "q_block_descale: kernel k7 takes per-head descales only (q_descale, k_descale, "
+              "v_descale); block descales run on k8 (and cpu)");
+    EXPECT_EQ(fa::select_kernel(g.h.p), fa::Kernel::cpu);
+    EXPECT_TRUE(fa::can_implement(g.h.p).ok()) << fa::can_implement(g.h.p).message;
+  }
+  for (bool per_head : {true, false}) {
+    Fp8Problem g;
+    if (!per_head) g.h.p.q_descale = g.h.p.k_descale = g.h.p.v_descale = nullptr;
+    const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::k8);
+    EXPECT_EQ(s.code, fa::StatusCode::unsupported) << s.message;
+    EXPECT_EQ(s.message,
+              "q_block_descale: kernel k8 needs block descales (q/k/v_block_descale, as "
+              "quantize_fp8() makes them); FP8 inputs with per-head descales run on k7");
+  }
+  for (int d : {64, 128, 256}) {  // k8's head dims pass its feature rules
+    Fp8Problem g;
+    g.use_blocks();
+    g.h.p.head_dim = d;
+    const fa::Status s = fa::can_implement(g.h.p, fa::Kernel::k8);
+    EXPECT_EQ(s.message.find("head_dim"), std::string::npos) << d << ": " << s.message;
+    EXPECT_EQ(s.message.find("block_descale"), std::string::npos) << d << ": " << s.message;
+  }
+}
+
+// The base problem with block descales runs on cpu and writes every element of o.
+TEST(Fp8Validation, BlockDescalesRunOnCpu) {
+  Fp8Problem g;
+  g.use_blocks();
+  const fa::Status s = fa::forward(g.h.p, fa::Kernel::cpu);
+  ASSERT_TRUE(s.ok()) << s.message;
+  for (size_t i = 0; i < g.h.o.size(); ++i) ASSERT_NE(g.h.o[i], 0xFFFF) << i;
 }
 
 // k7's own limits: the FP8 head dims with head_dim_v equal, and its feature list. Without a

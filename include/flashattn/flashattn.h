@@ -211,8 +211,9 @@ struct ForwardParams {
   // with rows = fp8_block_rows(head_dim): block i of a sequence covers its rows
   // [i·rows, (i+1)·rows), and rows.kv is the kernel's key block, so each block of scores
   // Q·Kᵀ is rescaled by one q and one k descale per row (no extra GEMM). All three or none; with
-  // them the per-head descales above must be null, and kernel k8 (or auto) runs. Dense batches
-  // only (no cu_seqlens, no block_table). Finite and > 0: the caller's duty, as for the descales.
+  // them the per-head descales above must be null, and kernel k8 (or auto; cpu for host memory)
+  // runs. Dense batches only (no cu_seqlens, no block_table). Finite and > 0: the caller's duty,
+  // as for the descales (the cpu family checks host ones).
   const float* q_block_descale = nullptr;
   const float* k_block_descale = nullptr;
   const float* v_block_descale = nullptr;

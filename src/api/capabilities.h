@@ -47,6 +47,10 @@ struct KernelCaps {
   // that does not.
   bool softcap = false;
   bool paged = true;  // ForwardParams::block_table (through the gather)
+  // ForwardParams' q/k/v_block_descale (K8's block quantisation): refused, accepted beside the
+  // per-head descales, or required (a family that runs block-quantised inputs only).
+  enum class BlockDescales : unsigned char { refused, accepted, required };
+  BlockDescales block_descales = BlockDescales::refused;
   // The element types of q, k and v it runs (dtype_bit()s; o is that type, or out_dtype for FP8).
   unsigned dtypes = 0;
   // A family built for some head dims only (a kHeadDims subset): the list, else null (every
@@ -80,7 +84,8 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
     // The reference path of every dtype the library runs: FP8 inputs are dequantised on load.
     case Kernel::cpu:
       return {.built = true, .host = true, .varlen = true, .hdim_v_differs = true, .sinks = true,
-              .softcap = true, .dtypes = k16BitDTypes | kE4m3DTypes};
+              .softcap = true, .block_descales = KernelCaps::BlockDescales::accepted,
+              .dtypes = k16BitDTypes | kE4m3DTypes};
     case Kernel::k1:
     case Kernel::k2:
       return {.built = kLineageBuilt, .min_cc = 80, .hdim_v_differs = true,
@@ -102,6 +107,12 @@ constexpr KernelCaps kernel_caps(Kernel kernel) {
     case Kernel::k7:
       return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true, .tma = true,
               .paged = false, .dtypes = kE4m3DTypes, .head_dims = kFp8HeadDims,
+              .num_head_dims = static_cast<int>(std::size(kFp8HeadDims))};
+    // K7 with one descale per block of rows (ForwardParams::q/k/v_block_descale), dense batches.
+    case Kernel::k8:
+      return {.built = true, .min_cc = 90, .max_cc_major = 9, .tma = true, .paged = false,
+              .block_descales = KernelCaps::BlockDescales::required, .dtypes = kE4m3DTypes,
+              .head_dims = kFp8HeadDims,
               .num_head_dims = static_cast<int>(std::size(kFp8HeadDims))};
     default:
       return {};
@@ -145,8 +156,11 @@ constexpr bool dtype_has_kernel(DType dtype, CapsOf caps) {
 }
 
 // GPU families from fastest to slowest: the first built one the device supports (and that runs
-// the dtype) is `auto`. k7 runs e4m3 only and the others 16-bit types only, so they never compete.
-inline constexpr Kernel kGpuPreference[] = {Kernel::k7, Kernel::k6, Kernel::k5, Kernel::k4,
-                                            Kernel::k3, Kernel::fa2, Kernel::k2, Kernel::k1};
+// the dtype) is `auto`. k8 and k7 run e4m3 only, k8 with block descales and k7 without, and the
+// others 16-bit types only, so they never compete (the forward's auto considers only the families
+// whose block-descale rule the request meets: validate.cpp).
+inline constexpr Kernel kGpuPreference[] = {Kernel::k8, Kernel::k7, Kernel::k6, Kernel::k5,
+                                            Kernel::k4, Kernel::k3, Kernel::fa2, Kernel::k2,
+                                            Kernel::k1};
 
 }  // namespace flashattn

@@ -23,6 +23,7 @@ Status run(const ForwardParams& params, Kernel kernel) {
     case Kernel::fa2: return fa2_forward(problem);
     case Kernel::k6: return k6_forward(problem, params.debug);
     case Kernel::k7: return k7_forward(problem, params.debug);
+    case Kernel::k8: return k8_forward(problem, params.debug);
 #if FLASHATTN_LINEAGE
     case Kernel::k1: return k1_forward(problem);
     case Kernel::k2: return k2_forward(problem);

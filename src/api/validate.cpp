@@ -1,5 +1,6 @@
 // can_implement(): every rule a forward call must satisfy, each failure naming the argument and
 // the rule. Nothing here launches work; a refused call touches no memory.
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cmath>
@@ -124,6 +125,81 @@ int64_t descale_count(const ForwardParams& p) {
   return int64_t{p.batch} * p.heads_kv;
 }
 
+// K8's block descales: (batch, heads, ceil(seqlen / rows)) fp32 inputs, all three or none.
+std::array<Descale, 3> block_descales(const ForwardParams& p) {
+  return {{{"q_block_descale", p.q_block_descale},
+           {"k_block_descale", p.k_block_descale},
+           {"v_block_descale", p.v_block_descale}}};
+}
+bool has_block_descales(const ForwardParams& p) {
+  return p.q_block_descale != nullptr || p.k_block_descale != nullptr ||
+         p.v_block_descale != nullptr;
+}
+// The descales each block array holds (rows per block: fp8_block_rows(head_dim)) and their shape
+// for messages: "batch * heads_q * ceil(seqlen_q / 128)".
+struct BlockCount {
+  int heads;       // heads_q or heads_kv
+  int64_t blocks;  // per (sequence, head)
+  int64_t n;       // batch * heads * blocks
+  std::string shape;
+};
+std::array<BlockCount, 3> block_counts(const ForwardParams& p) {
+  const Fp8BlockRows rows = fp8_block_rows(p.head_dim);
+  auto count = [&](int heads, int seqlen, int r, const char* h, const char* s) {
+    const int64_t blocks = r > 0 ? (int64_t{seqlen} + r - 1) / r : 0;
+    return BlockCount{heads, blocks, int64_t{p.batch} * heads * blocks,
+                      std::string("batch * ") + h + " * ceil(" + s + " / " + str(r) + ")"};
+  };
+  const BlockCount kv = count(p.heads_kv, p.seqlen_k, rows.kv, "heads_kv", "seqlen_k");
+  return {count(p.heads_q, p.seqlen_q, rows.q, "heads_q", "seqlen_q"), kv, kv};
+}
+
+// The invalid_argument rules of block descales: all three or none, e4m3 inputs, no per-head
+// descales beside them, dense batches, and a head dim whose rows per block are defined.
+Status check_block_descales(const ForwardParams& p) {
+  if (!has_block_descales(p)) return Status::success();
+  const std::array<Descale, 3> blocks = block_descales(p);
+  const Descale& given = *std::find_if(blocks.begin(), blocks.end(),
+                                       [](const Descale& d) { return d.data != nullptr; });
+  if (p.dtype != DType::e4m3) {
+    return invalid(std::string(given.name) +
+                   ": only with dtype e4m3 (FP8 inputs, as quantize_fp8() writes them), got "
+                   "dtype " +
+                   dtype_name(p.dtype));
+  }
+  for (const Descale& d : blocks) {
+    if (d.data == nullptr) {
+      return invalid(std::string(d.name) + ": null while " + given.name +
+                     " is set (the block descales come all three or none)");
+    }
+  }
+  for (const Descale& d : descales(p)) {
+    if (d.data != nullptr) {
+      return invalid(std::string(d.name) +
+                     ": must be null with block descales (q_block_descale...): each block of "
+                     "rows carries its own descale");
+    }
+  }
+  if (p.block_table != nullptr) {
+    return invalid(
+        "block_table: not with block descales (q_block_descale...), which describe dense "
+        "batches only");
+  }
+  if (p.cu_seqlens_q != nullptr) {
+    return invalid(
+        "cu_seqlens_q: not with block descales (q_block_descale...): their layout (batch, "
+        "heads, ceil(seqlen / rows)) describes dense batches only");
+  }
+  const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  if (dv != p.head_dim || fp8_block_rows(p.head_dim).q == 0) {
+    return invalid("head_dim: block descales need head_dim " + head_dims_text<kFp8HeadDims>() +
+                   " with head_dim_v equal (their rows per block are the FP8 kernel's tiles, "
+                   "fp8_block_rows), got " +
+                   str(p.head_dim) + " / " + str(dv));
+  }
+  return Status::success();
+}
+
 // The invalid_argument rules of FP8 inputs: o's element type, and descales only with FP8.
 Status check_fp8_arguments(const ForwardParams& p) {
   if (!dtype_is_fp8(p.dtype)) {
@@ -165,6 +241,25 @@ Status check_host_descales(const ForwardParams& p) {
                        ", kv head " + str(i % p.heads_kv) + "): must be finite and > 0, got " +
                        num(d.data[i]));
       }
+    }
+  }
+  return Status::success();
+}
+
+// Host block descales, as check_host_descales: each finite and > 0.
+Status check_host_block_descales(const ForwardParams& p) {
+  if (!has_block_descales(p)) return Status::success();
+  const std::array<Descale, 3> blocks = block_descales(p);
+  const std::array<BlockCount, 3> counts = block_counts(p);
+  for (int t = 0; t < 3; ++t) {
+    const BlockCount& c = counts[t];
+    for (int64_t i = 0; i < c.n; ++i) {
+      const float x = blocks[t].data[i];
+      if (std::isfinite(x) && x > 0.f) continue;
+      return invalid(std::string(blocks[t].name) + "[" + str(i) + "] (batch " +
+                     str(i / c.blocks / c.heads) + (t == 0 ? ", head " : ", kv head ") +
+                     str(i / c.blocks % c.heads) + ", block " + str(i % c.blocks) +
+                     "): must be finite and > 0, got " + num(x));
     }
   }
   return Status::success();
@@ -320,6 +415,7 @@ Status check_shapes(const ForwardParams& p) {
   if (Status s = check_attention_shapes(p); !s.ok()) return s;
   if (Status s = check_paged_shapes(p); !s.ok()) return s;
   if (Status s = check_fp8_arguments(p); !s.ok()) return s;
+  if (Status s = check_block_descales(p); !s.ok()) return s;
   // Valid input that no kernel runs: after every invalid_argument rule.
   if (!dtype_has_kernel(p.dtype, &kernel_caps)) {
     return unsupported(std::string("dtype: ") + dtype_name(p.dtype) +
@@ -341,6 +437,14 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
                      ": must be a 4-byte aligned fp32 array of batch * heads_kv descales");
     }
   }
+  const std::array<Descale, 3> blocks = block_descales(p);
+  const std::array<BlockCount, 3> counts = block_counts(p);
+  for (int t = 0; t < 3; ++t) {
+    if (reinterpret_cast<uintptr_t>(blocks[t].data) % alignof(float) != 0) {
+      return invalid(std::string(blocks[t].name) + ": must be a 4-byte aligned fp32 array of " +
+                     counts[t].shape + " descales");
+    }
+  }
   // Outputs must not alias inputs or each other: a kernel reads K/V tiles after writing O.
   const TensorArg& o = tensors[3];
   const TensorArg outputs[] = {o, lse_arg(p.lse, o.size[0], p.heads_q, o.size[1])};
@@ -351,7 +455,10 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
                               sinks_arg(p.sinks, p.heads_q),
                               fp32_array_arg("q_descale", p.q_descale, nd),
                               fp32_array_arg("k_descale", p.k_descale, nd),
-                              fp32_array_arg("v_descale", p.v_descale, nd)};
+                              fp32_array_arg("v_descale", p.v_descale, nd),
+                              fp32_array_arg(blocks[0].name, blocks[0].data, counts[0].n),
+                              fp32_array_arg(blocks[1].name, blocks[1].data, counts[1].n),
+                              fp32_array_arg(blocks[2].name, blocks[2].data, counts[2].n)};
   if (Status s = check_no_aliasing(outputs, inputs); !s.ok()) return s;
 
   // Host or device memory, as the kernel needs, and a device the kernel runs on.
@@ -366,12 +473,16 @@ Status check_memory(const ForwardParams& p, Kernel kernel, const KernelCaps& cap
                                    {"block_table", p.block_table},
                                    {"q_descale", p.q_descale},
                                    {"k_descale", p.k_descale},
-                                   {"v_descale", p.v_descale}};
+                                   {"v_descale", p.v_descale},
+                                   {blocks[0].name, blocks[0].data},
+                                   {blocks[1].name, blocks[1].data},
+                                   {blocks[2].name, blocks[2].data}};
   const Placement where{std::string("kernel ") + kernel_name(kernel), caps.host, caps.min_cc,
                         caps.max_cc_major};
   if (Status s = check_placement(where, pointers); !s.ok()) return s;
   if (!caps.host) return Status::success();
   if (Status s = check_host_descales(p); !s.ok()) return s;
+  if (Status s = check_host_block_descales(p); !s.ok()) return s;
   return check_host_indices(p);
 }
 
@@ -380,7 +491,18 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
   if (!runs_dtype(caps, p.dtype)) {
     return unsupported("dtype: kernel " + k + " runs " + dtypes_text(caps.dtypes) + ", not " +
                        dtype_name(p.dtype) +
-                       (dtype_is_fp8(p.dtype) ? " (k7 and cpu run e4m3)" : ""));
+                       (dtype_is_fp8(p.dtype) ? " (k7, k8 and cpu run e4m3)" : ""));
+  }
+  using BlockDescales = KernelCaps::BlockDescales;
+  if (has_block_descales(p) && caps.block_descales == BlockDescales::refused) {
+    return unsupported("q_block_descale: kernel " + k +
+                       " takes per-head descales only (q_descale, k_descale, v_descale); block "
+                       "descales run on k8 (and cpu)");
+  }
+  if (!has_block_descales(p) && caps.block_descales == BlockDescales::required) {
+    return unsupported("q_block_descale: kernel " + k +
+                       " needs block descales (q/k/v_block_descale, as quantize_fp8() makes "
+                       "them); FP8 inputs with per-head descales run on k7");
   }
   if (p.cu_seqlens_q != nullptr && !caps.varlen) {
     return unsupported("cu_seqlens_q: kernel " + k + " does not support variable length");
@@ -419,8 +541,26 @@ Status check_features(const ForwardParams& p, Kernel kernel, const KernelCaps& c
 
 }  // namespace
 
+namespace {
+
+// auto's GPU candidates, fastest first: those whose block-descale rule the request meets (k8
+// needs block descales, k7 refuses them), so that a refusal of auto names a family that could
+// have run the request.
+std::vector<Kernel> gpu_preference(const ForwardParams& p) {
+  using BlockDescales = KernelCaps::BlockDescales;
+  const BlockDescales unfit =
+      has_block_descales(p) ? BlockDescales::refused : BlockDescales::required;
+  std::vector<Kernel> out;
+  for (Kernel k : kGpuPreference) {
+    if (kernel_caps(k).block_descales != unfit) out.push_back(k);
+  }
+  return out;
+}
+
+}  // namespace
+
 Kernel select_kernel(const ForwardParams& p) {
-  return select_family(p.q.data, kGpuPreference, &kernel_caps,
+  return select_family(p.q.data, gpu_preference(p), &kernel_caps,
                        [&](Kernel k) { return can_implement(p, k).ok(); });
 }
 
@@ -430,7 +570,7 @@ Status can_implement(const ForwardParams& p, Kernel kernel) {
     kernel = select_kernel(p);
     if (kernel == Kernel::automatic) {
       return refusal_of_auto(
-          kGpuPreference, &kernel_caps, p.dtype, [&](Kernel k) { return can_implement(p, k); },
+          gpu_preference(p), &kernel_caps, p.dtype, [&](Kernel k) { return can_implement(p, k); },
           "kernel auto: no kernel family is built");
     }
   }
