@@ -8,7 +8,8 @@
 // reference::backward and check_backward() do the same for the gradients.
 //
 // FP8 (e4m3) inputs, as FlashAttention-3 tests them: ref is the fp64 attention of the dequantised
-// inputs q_descale·q, k_descale·k, v_descale·v (ForwardParams' descales, null = 1); pt the same
+// inputs q_descale·q, k_descale·k, v_descale·v (ForwardParams' descales, null = 1; with K8's
+// block descales each row's block's descale instead); pt the same
 // math in bf16 (the dequantised inputs rounded to bf16, fp32 logits and sums) with P scaled by
 // kFp8POffset and rounded to e4m3 before P·V, o rounded to out_dtype; atol the rounding floor of
 // out_dtype. The LSE is compared in true units.

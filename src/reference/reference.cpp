@@ -17,13 +17,25 @@ namespace flashattn::reference {
 namespace {
 
 // Where one (batch, query head, row) reads from. FP8 inputs carry the descales of their
-// (batch, KV head); 16-bit inputs have descales of 1.
+// (batch, KV head), or with block descales (K8) the query row's block's and each key's block's;
+// 16-bit inputs have descales of 1.
 struct RowView {
   const void* q;  // the query row
   const void* k;  // key 0 of the KV head this query head reads
   const void* v;
   int64_t k_row_stride, v_row_stride;
   float q_descale = 1.f, k_descale = 1.f, v_descale = 1.f;
+  // Block descales: the (batch, KV head)'s blocks of k and v, kv_rows keys each; else null.
+  const float* k_blocks = nullptr;
+  const float* v_blocks = nullptr;
+  int kv_rows = 1;
+
+  float k_descale_of(int key) const {
+    return k_blocks != nullptr ? k_blocks[key / kv_rows] : k_descale;
+  }
+  float v_descale_of(int key) const {
+    return v_blocks != nullptr ? v_blocks[key / kv_rows] : v_descale;
+  }
 };
 
 const void* element(const void* base, DType dtype, int64_t index) {
@@ -41,6 +53,15 @@ RowView row_view(const ForwardParams& p, int batch, int head, int row) {
   if (p.q_descale != nullptr) rv.q_descale = p.q_descale[at];
   if (p.k_descale != nullptr) rv.k_descale = p.k_descale[at];
   if (p.v_descale != nullptr) rv.v_descale = p.v_descale[at];
+  if (p.q_block_descale != nullptr) {  // (batch, heads, ceil(seqlen / rows)) arrays
+    const Fp8BlockRows rows = fp8_block_rows(p.head_dim);
+    const int64_t nq = (int64_t{p.seqlen_q} + rows.q - 1) / rows.q;
+    const int64_t nk = (int64_t{p.seqlen_k} + rows.kv - 1) / rows.kv;
+    rv.q_descale = p.q_block_descale[(int64_t{batch} * p.heads_q + head) * nq + row / rows.q];
+    rv.k_blocks = p.k_block_descale + at * nk;
+    rv.v_blocks = p.v_block_descale + at * nk;
+    rv.kv_rows = rows.kv;
+  }
   return rv;
 }
 
@@ -70,12 +91,13 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
     if (!mask.visible(row, j)) continue;
     double dot = 0;
     for (int i = 0; i < d; ++i) dot += q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype);
-    logit[j] = dot * rv.k_descale * scale;
+    const double k_descale = rv.k_descale_of(j);
+    logit[j] = dot * k_descale * scale;
     if (score_abs != nullptr) {  // (FP8's check only: a second pass, off every other check's path)
       double dot_abs = 0;
       for (int i = 0; i < d; ++i)
         dot_abs += std::abs(q[i] * load_as_float(rv.k, j * rv.k_row_stride + i, p.dtype));
-      *score_abs = std::max(*score_abs, dot_abs * std::abs(rv.k_descale * scale));
+      *score_abs = std::max(*score_abs, dot_abs * std::abs(k_descale * scale));
     }
     if (softcap > 0) logit[j] = softcap * std::tanh(logit[j] / softcap);
     m = std::max(m, logit[j]);
@@ -90,17 +112,20 @@ void row_fp64(const ForwardParams& p, const Mask& mask, int batch, int head, int
   }
   const double top = has_sink ? std::max(m, sink) : m;
 
+  // v's descale multiplies at the end, or with block descales each key's weight.
+  const bool v_blocks = rv.v_blocks != nullptr;
   std::vector<double> acc(static_cast<size_t>(dv), 0.0);
   double sum = has_sink ? std::exp(sink - top) : 0.0;
   for (int j = 0; j < p.seqlen_k; ++j) {
     if (!mask.visible(row, j)) continue;
     const double w = std::exp(logit[j] - top);
     sum += w;
+    const double wv = v_blocks ? w * rv.v_descale_of(j) : w;
     for (int c = 0; c < dv; ++c)
-      acc[c] += w * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
+      acc[c] += wv * load_as_float(rv.v, j * rv.v_row_stride + c, p.dtype);
   }
   if (out != nullptr)
-    for (int c = 0; c < dv; ++c) out[c] = acc[c] * rv.v_descale / sum;
+    for (int c = 0; c < dv; ++c) out[c] = acc[c] * (v_blocks ? 1.0 : rv.v_descale) / sum;
   if (lse != nullptr) *lse = top + std::log(sum);
 }
 
@@ -136,7 +161,8 @@ void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, 
   for (int j = 0; j < p.seqlen_k; ++j) {
     if (!mask.visible(row, j)) continue;
     float dot = 0;
-    for (int i = 0; i < d; ++i) dot += q[i] * input(rv.k, j * rv.k_row_stride + i, rv.k_descale);
+    const float k_descale = rv.k_descale_of(j);
+    for (int i = 0; i < d; ++i) dot += q[i] * input(rv.k, j * rv.k_row_stride + i, k_descale);
     if (pr.has_softcap()) dot = std::tanh(dot * pr.softcap_scale);
     logit[j] = dot;
     m = std::max(m, dot);
@@ -155,8 +181,9 @@ void row_emulate(const ForwardParams& p, const Mask& mask, int batch, int head, 
     const float w = std::exp2(logit[j] * pr.scale_log2 - m_scaled);
     sum += w;
     const float w_rounded = round_to(w * p_offset, p_type);
+    const float v_descale = rv.v_descale_of(j);
     for (int c = 0; c < dv; ++c)
-      acc[c] += w_rounded * input(rv.v, j * rv.v_row_stride + c, rv.v_descale);
+      acc[c] += w_rounded * input(rv.v, j * rv.v_row_stride + c, v_descale);
   }
   // The kernels' end of the row: without a sink O / l; with one, common/sink.h.
   float inv = 1.f / (sum * p_offset);

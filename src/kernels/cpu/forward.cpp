@@ -4,12 +4,12 @@
 //     S = Q·Kᵀ (Q pre-scaled by scale·log2 e),  m' = max(m, rowmax S),  P = 2^(S - m'),
 //     l = l·2^(m - m') + rowsum P,  O = O·2^(m - m') + P·V
 // and at the end writes O / l in the output type and LSE = (m + log2 l)·ln 2. FP8 (e4m3) inputs
-// are dequantised on load (times their (batch, KV head) descale) and then computed exactly like
-// 16-bit ones; o is then written in out_dtype. With softcap, Q is
-// pre-scaled by softcap_scale instead and each logit becomes scale_log2·tanh(q·k·softcap_scale),
-// scale_log2 being softcap·log2(e) then (Problem's convention). Unlike a GPU
-// kernel, P stays in fp32 (there are no 16-bit tensor-core operands to feed), so this backend is
-// a little more accurate than the emulated kernel the oracle compares against.
+// are dequantised on load (times their (batch, KV head) descale, or with K8's block descales their
+// row's block's) and then computed exactly like 16-bit ones; o is then written in out_dtype. With
+// softcap, Q is pre-scaled by softcap_scale instead and each logit becomes
+// scale_log2·tanh(q·k·softcap_scale), scale_log2 being softcap·log2(e) then (Problem's convention).
+// Unlike a GPU kernel, P stays in fp32 (there are no 16-bit tensor-core operands to feed), so this
+// backend is a little more accurate than the emulated kernel the oracle compares against.
 //
 // Tiles are copied to contiguous fp32 scratch (K transposed) so that both products are the same
 // small register-blocked GEMM, which the compiler vectorises without -ffast-math.
@@ -88,18 +88,30 @@ void gemm_accumulate(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ld
   }
 }
 
+// FP8 inputs: the descale of each row a tile loads. Per-head descales give one value for the
+// (sequence, KV head), null ones 1; block descales (K8) one per block of `rows` rows of the
+// (sequence, head), the row numbered from the sequence's first.
+struct RowDescale {
+  float value = 1.f;             // without block descales
+  const float* block = nullptr;  // this (sequence, head)'s blocks, or null
+  int rows = 1;                  // rows per block
+  float operator()(int row) const { return block != nullptr ? block[row / rows] : value; }
+};
+
 // Converts `rows` rows of `dim` values of `dtype` (row r at element first + r * row_stride of
-// base) to fp32 times `descale`, then times `scale`, into dst with leading dimension ld. Columns
-// [dim, ld) are left as they are. The descale multiplies first so that an e4m3 input with a
-// descale gives the same floats as its dequantised 16-bit copy (when that copy is exact).
+// base; row `row0` + r of its sequence) to fp32 times the row's descale, then times `scale`, into
+// dst with leading dimension ld. Columns [dim, ld) are left as they are. The descale multiplies
+// first so that an e4m3 input with a descale gives the same floats as its dequantised 16-bit copy
+// (when that copy is exact).
 void load_rows(const void* base, int64_t first, int64_t row_stride, int rows, int dim, DType dtype,
-               float descale, float scale, float* dst, ptrdiff_t ld) {
+               const RowDescale& descale, int row0, float scale, float* dst, ptrdiff_t ld) {
   for (int r = 0; r < rows; ++r) {
     const int64_t row = first + r * row_stride;
     float* out = dst + r * ld;
     if (dtype == DType::e4m3) {
       const uint8_t* in = static_cast<const uint8_t*>(base) + row;
-      for (int i = 0; i < dim; ++i) out[i] = e4m3_to_float(in[i]) * descale * scale;
+      const float ds = descale(row0 + r);
+      for (int i = 0; i < dim; ++i) out[i] = e4m3_to_float(in[i]) * ds * scale;
     } else if (dtype == DType::bf16) {
       const uint16_t* in = static_cast<const uint16_t*>(base) + row;
       for (int i = 0; i < dim; ++i) out[i] = bf16_to_float(in[i]) * scale;
@@ -113,6 +125,15 @@ void load_rows(const void* base, int64_t first, int64_t row_stride, int rows, in
 // FP8 inputs: the descale of (sequence b, KV head h) from a (batch, heads_kv) array; null is 1.
 float descale_of(const float* descale, int b, int kv_head, int heads_kv) {
   return descale != nullptr ? descale[int64_t{b} * heads_kv + kv_head] : 1.f;
+}
+
+// The row descales of (sequence b, head h) of a tensor: its per-head descale (KV head kv_head of
+// a (batch, heads_kv) array), or its blocks of a (batch, heads, ceil(seqlen / rows)) array.
+RowDescale row_descale(const float* per_head, const float* blocks, int rows, int seqlen, int b,
+                       int head, int heads, int kv_head, int heads_kv) {
+  if (blocks == nullptr) return {descale_of(per_head, b, kv_head, heads_kv)};
+  const int64_t nblocks = (int64_t{seqlen} + rows - 1) / rows;
+  return {1.f, blocks + (int64_t{b} * heads + head) * nblocks, rows};
 }
 
 // Per-worker scratch, sized once for the problem. Padding rows and columns stay zero so the
@@ -206,16 +227,22 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
   const ptrdiff_t nq_rows = nq;
   const ptrdiff_t mq = round_up(nq, kBlockM);  // rows the GEMMs compute; extra rows are zero Q
   const int kv_head = head / pr.group;
-  const float q_descale = descale_of(pr.q_descale, seq.index, kv_head, pr.heads_kv);
-  const float k_descale = descale_of(pr.k_descale, seq.index, kv_head, pr.heads_kv);
-  const float v_descale = descale_of(pr.v_descale, seq.index, kv_head, pr.heads_kv);
+  const RowDescale q_descale =
+      row_descale(pr.q_descale, pr.q_block_descale, pr.q_block_rows, pr.seqlen_q, seq.index, head,
+                  pr.heads_q, kv_head, pr.heads_kv);
+  const RowDescale k_descale =
+      row_descale(pr.k_descale, pr.k_block_descale, pr.kv_block_rows, pr.seqlen_k, seq.index,
+                  kv_head, pr.heads_kv, kv_head, pr.heads_kv);
+  const RowDescale v_descale =
+      row_descale(pr.v_descale, pr.v_block_descale, pr.kv_block_rows, pr.seqlen_k, seq.index,
+                  kv_head, pr.heads_kv, kv_head, pr.heads_kv);
 
   std::fill(ws.q.begin(), ws.q.end(), 0.f);
   const bool softcap = pr.has_softcap();
   load_rows(pr.q,
             batch * pr.q_stride[0] + (seq.q_begin + q0) * pr.q_stride[1] + head * pr.q_stride[2],
-            pr.q_stride[1], nq, d, pr.dtype, q_descale, softcap ? pr.softcap_scale : pr.scale_log2,
-            ws.q.data(), d);
+            pr.q_stride[1], nq, d, pr.dtype, q_descale, q0,
+            softcap ? pr.softcap_scale : pr.scale_log2, ws.q.data(), d);
   std::fill(ws.o.begin(), ws.o.end(), 0.f);
   std::fill(ws.m.begin(), ws.m.end(), kNegInf);
   std::fill(ws.l.begin(), ws.l.end(), 0.f);
@@ -230,10 +257,11 @@ void run_tile(const Problem& pr, const Sequence& seq, int head, int tile, Scratc
 
     // K block, transposed so S = Q·Kᵀ is a row-major GEMM; keys past nk are zero.
     if (nk < kTileK) std::fill(ws.k.begin(), ws.k.end(), 0.f);
-    load_rows(pr.k, k_off, pr.k_stride[1], nk, d, pr.dtype, k_descale, 1.f, ws.k.data(), d);
+    load_rows(pr.k, k_off, pr.k_stride[1], nk, d, pr.dtype, k_descale, j0, 1.f, ws.k.data(), d);
     for (ptrdiff_t c = 0; c < kTileK; ++c)
       for (ptrdiff_t i = 0; i < d; ++i) ws.kt[i * kTileK + c] = ws.k[c * d + i];
-    load_rows(pr.v, v_off, pr.v_stride[1], nk, dv, pr.dtype, v_descale, 1.f, ws.v.data(), dv_pad);
+    load_rows(pr.v, v_off, pr.v_stride[1], nk, dv, pr.dtype, v_descale, j0, 1.f, ws.v.data(),
+              dv_pad);
 
     // S = Q·Kᵀ, then -inf wherever the key is past the block or the mask hides it.
     std::fill(ws.s.begin(), ws.s.begin() + mq * kTileK, 0.f);
