@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attention_case.h"
@@ -193,8 +194,9 @@ std::vector<float> input_row(const QuantCase& c, const TensorView& t, int b, int
   return x;
 }
 
-// Every block's descale is amax / 448 of its rows (1 for an all-zero block) and every element is
-// e4m3(x · 448/amax): recomputed here row by row from the definition.
+// Every q or k block's descale is amax / 448 of its rows, a v block's the power of two at or above
+// it (1 for an all-zero block), and every element is e4m3(x · f), f = 448/amax (v: 1/descale):
+// recomputed here row by row from the definition.
 void expect_blocks_match_definition(const QuantCase& c) {
   const int d = c.s.head_dim;
   for (const TensorView& t : views(c)) {
@@ -211,9 +213,17 @@ void expect_blocks_match_definition(const QuantCase& c) {
             for (float e : x.back()) amax = std::max(amax, std::abs(e));
           }
           const float descale = t.descale[(int64_t{b} * t.heads + h) * nblocks + i];
-          ASSERT_EQ(descale, amax > 0.f ? amax / 448.f : 1.f)
-              << t.name << " batch " << b << " head " << h << " block " << i;
-          const float f = amax > 0.f ? 448.f / amax : 1.f;
+          // v: the power of two at or above amax/448 (written out here with frexp, not with
+          // the library's bit manipulation).
+          const bool v = std::string_view(t.name) == "v";
+          float want = amax > 0.f ? amax / 448.f : 1.f;
+          if (v && amax > 0.f) {
+            int e = 0;
+            const float m = std::frexp(want, &e);  // want = m·2^e, m in [0.5, 1)
+            want = m == 0.5f ? want : std::ldexp(1.f, e);
+          }
+          ASSERT_EQ(descale, want) << t.name << " batch " << b << " head " << h << " block " << i;
+          const float f = amax > 0.f ? (v ? 1.f / want : 448.f / amax) : 1.f;
           for (int r = r0; r < r1; ++r) {
             const uint8_t* out =
                 t.out + b * t.out_stride[0] + r * t.out_stride[1] + h * t.out_stride[2];

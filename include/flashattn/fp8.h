@@ -7,11 +7,14 @@
 //   flashattn::forward(f);                        // k8
 //
 // Blocks: per (sequence, head) the rows [i·rows, (i+1)·rows), rows = fp8_block_rows(head_dim)
-// (.q for q, .kv for k and v: the forward kernel's query tile and key block). A block's descale
-// is amax/448 (1 for an all-zero block), amax the block's largest |value| (after the rotation);
-// each element becomes e4m3(x · f) with f = 448/amax (1 for an all-zero block), one fp32
-// division per block and one fp32 multiplication per element, rounded to nearest even and
-// saturated to ±448 (the product may round just past 448).
+// (.q for q, .kv for k and v: the forward kernel's query tile and key block). amax is the block's
+// largest |value| (after the rotation). A q or k block's descale is amax/448 and f = 448/amax; a
+// v block's descale is the power of two at or above amax/448 and f = 1/descale (exact): the
+// kernel folds dv/dv_max into P, and a power of two keeps P's largest value exact in e4m3 (with
+// amax/448 that value was rounded too, which measured 3x the oracle's error on peaked rows); for
+// a floating-point format a power-of-two scale costs no precision. An all-zero block has descale
+// 1 and f = 1. Each element becomes e4m3(x · f), one fp32 multiplication, rounded to nearest even
+// and saturated to ±448 (the product may round just past 448).
 //
 // Rotation (incoherent processing, FlashAttention-3 §3.3): q and k rows are multiplied by the
 // same orthogonal M = diag(s)·H/√d (H the Sylvester Hadamard matrix of order d = head_dim, s

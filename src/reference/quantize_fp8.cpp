@@ -1,6 +1,7 @@
 // K8's pre-pass on the host (flashattn/fp8.h has the contract): per (sequence, head, block of
 // rows) of q, k and v, the rows as fp32, q's and k's rotated by diag(s)·H/√d, the block's amax,
-// then e4m3(x · 448/amax) and the descale amax/448. The same fp32 operations in the same order as
+// then e4m3(x · f) and the descale (common/fp8_block_scale.h: amax/448, v's the power of two at or
+// above it). The same fp32 operations in the same order as
 // kernels/quant/quantize_fp8.cu, so the two write the same bytes: the butterfly's adds are exact
 // to reorder only as a + b = b + a, the sign products are exact, and nothing else could contract
 // into a fused multiply-add (each multiply's result is rounded or stored before any add).
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/fp8_block_scale.h"
 #include "common/hadamard.h"
 #include "common/host_dtype.h"
 #include "common/host_parallel.h"
@@ -18,7 +20,6 @@
 namespace flashattn::reference {
 namespace {
 
-constexpr float kE4m3Max = 448.f;  // largest finite e4m3
 
 // One tensor of the pre-pass: (batch, seqlen, heads, dim) in, e4m3 out, descales
 // (batch, heads, blocks).
@@ -31,13 +32,15 @@ struct Job {
   float* descale = nullptr;
   int seqlen = 0, heads = 0, dim = 0, rows = 0, blocks = 0;
   bool rotate = false;
+  bool power_of_two = false;  // v: the descale is the power of two at or above amax/448
   uint64_t seed = 0;
 
   int64_t items(int batch) const { return int64_t{batch} * heads * blocks; }
 };
 
 Job job_of(const QuantizeFp8Params& p, const TensorRef& in, const MutableTensorRef& out,
-           float* descale, int seqlen, int heads, int dim, int rows, bool rotate) {
+           float* descale, int seqlen, int heads, int dim, int rows, bool rotate,
+           bool power_of_two) {
   Job j;
   j.dtype = p.dtype;
   j.in = in.data;
@@ -51,6 +54,7 @@ Job job_of(const QuantizeFp8Params& p, const TensorRef& in, const MutableTensorR
   j.rows = rows;
   j.blocks = seqlen > 0 ? (seqlen + rows - 1) / rows : 0;
   j.rotate = rotate;
+  j.power_of_two = power_of_two;
   j.seed = p.seed;
   return j;
 }
@@ -73,8 +77,9 @@ void quantize_block(const Job& job, int64_t item, std::vector<float>& x) {
     if (job.rotate) hadamard_rotate_row(row, d, job.seed);
     for (int c = 0; c < d; ++c) amax = std::fmax(amax, std::abs(row[c]));
   }
-  const float f = amax > 0.f ? kE4m3Max / amax : 1.f;
-  job.descale[item] = amax > 0.f ? amax / kE4m3Max : 1.f;
+  const Fp8BlockScale scale = fp8_block_scale(amax, job.power_of_two);
+  const float f = scale.factor;
+  job.descale[item] = scale.descale;
   for (int r = 0; r < nrows; ++r) {
     const float* row = x.data() + static_cast<ptrdiff_t>(r) * d;
     uint8_t* out = job.out + host::offset(job.out_stride, batch, row0 + r, head);
@@ -103,10 +108,12 @@ void quantize_fp8_host(const QuantizeFp8Params& p) {
   const bool rotate = p.rotation == Fp8Rotation::hadamard;
   const int dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   const Job jobs[3] = {
-      job_of(p, p.q, p.q_out, p.q_block_descale, p.seqlen_q, p.heads_q, p.head_dim, rows.q, rotate),
+      job_of(p, p.q, p.q_out, p.q_block_descale, p.seqlen_q, p.heads_q, p.head_dim, rows.q, rotate,
+             false),
       job_of(p, p.k, p.k_out, p.k_block_descale, p.seqlen_k, p.heads_kv, p.head_dim, rows.kv,
-             rotate),
-      job_of(p, p.v, p.v_out, p.v_block_descale, p.seqlen_k, p.heads_kv, dv, rows.kv, false)};
+             rotate, false),
+      job_of(p, p.v, p.v_out, p.v_block_descale, p.seqlen_k, p.heads_kv, dv, rows.kv, false,
+             true)};
   const int64_t n0 = jobs[0].items(p.batch), n1 = jobs[1].items(p.batch);
   const int64_t total = n0 + n1 + jobs[2].items(p.batch);
   std::vector<std::vector<float>> scratch(static_cast<size_t>(host::worker_count(total)));

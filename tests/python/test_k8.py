@@ -46,10 +46,11 @@ def hadamard(x, seed):
     return x * torch.tensor(d ** -0.5, dtype=torch.float32, device=x.device)
 
 
-def quantise_blocks(x, rows, rotate=False, seed=0):
+def quantise_blocks(x, rows, rotate=False, seed=0, power_of_two=False):
     """x (b, s, h, d) bf16/fp16 -> (e4m3 (b, s, h, d), fp32 (b, h, ceil(s / rows))): per block of
     rows amax (after the rotation), f = 448 / amax, e4m3(x * f) rounded to nearest even and
-    saturated, descale amax / 448; an all-zero block has f = descale = 1."""
+    saturated, descale amax / 448; an all-zero block has f = descale = 1. power_of_two (v): the
+    descale is the power of two at or above amax / 448 and f = 1 / descale."""
     xf = x.float()
     if rotate:
         xf = hadamard(xf, seed)
@@ -63,6 +64,10 @@ def quantise_blocks(x, rows, rotate=False, seed=0):
     # roundings where fp8.h has one division.
     f = torch.where(amax > 0, torch.full_like(amax, 448.0) / amax, one)
     descale = torch.where(amax > 0, amax / 448.0, one)
+    if power_of_two:
+        mant, exp = torch.frexp(descale)  # descale = mant * 2^exp, mant in [0.5, 1)
+        descale = torch.where(mant == 0.5, descale, torch.ldexp(torch.ones_like(descale), exp))
+        f = torch.where(amax > 0, 1.0 / descale, one)
     x8 = (xf * per_row(f, rows, s)).clamp(-448.0, 448.0).to(E4M3)
     return x8, descale
 
@@ -143,7 +148,7 @@ def test_quantize_fp8_is_the_documented_rule(shape, dtype, rotation, seed):
     rotate = rotation == "hadamard"
     (q8, qd), (k8, kd), (v8, vd) = (quantise_blocks(q, rq, rotate, seed),
                                     quantise_blocks(k, rk, rotate, seed),
-                                    quantise_blocks(v, rk))  # v is never rotated
+                                    quantise_blocks(v, rk, power_of_two=True))  # never rotated
     assert_bitwise(got, (q8, k8, v8, qd, kd, vd))
     assert all(t.is_contiguous() for t in got)
 
