@@ -11,8 +11,10 @@ from flashattn import flash_attn_func, flash_attn_varlen_func
 pytestmark = pytest.mark.gpu
 
 HOPPER = ("k3", "k4", "k5", "k6")  # sm_90a code: compute capability 9.0 only
+FP8_ONLY = ("k7", "k8")  # e4m3 inputs only: test_fp8.py and test_k8.py test them
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-KERNELS = [k for k in flashattn.gpu_kernels() if ON_SM90 or k not in HOPPER] + ["auto"]
+KERNELS = [k for k in flashattn.gpu_kernels()
+           if (ON_SM90 or k not in HOPPER) and k not in FP8_ONLY] + ["auto"]
 STORY_STEPS = ("k3", "k4", "k5")  # built for head dim 128 only
 HAVE_VARLEN = flashattn.kernel_is_built("fa2")
 VARLEN_SKIP = "fa2 (the first family with variable-length support) is not built in this library"
