@@ -85,6 +85,22 @@ inline std::string fp8_name(const Fp8Shape& s) {
 
 inline constexpr uint16_t kPoison16 = 0xFFFF;  // NaN in bf16 and fp16
 
+// Fills `stride` for a (batch, seqlen, heads, dim) tensor, dense or padded (rows and heads padded
+// to 16-element multiples, e4m3's vectors), and returns the elements the buffer needs (at least
+// 16, so that empty tensors still have a valid, aligned pointer).
+inline size_t fp8_layout(int64_t (&stride)[4], bool padded, int batch, int seqlen, int heads,
+                         int dim) {
+  stride[3] = 1;
+  if (padded) {
+    stride[2] = dim + 16;
+    stride[1] = heads * stride[2] + 32;
+    stride[0] = int64_t{seqlen} * stride[1] + 16;
+  } else {
+    fa::set_contiguous_strides(stride, seqlen, heads, dim);
+  }
+  return std::max<size_t>(16, size_t(batch) * size_t(stride[0]));
+}
+
 // Host tensors of one FP8 problem and the ForwardParams that point at them (not copyable).
 class Fp8Case {
  public:
@@ -315,18 +331,8 @@ class Fp8Case {
     }
   }
 
-  // Fills `stride` for the layout and returns the elements the buffer needs (at least 16, so
-  // that empty tensors still have a valid, aligned pointer).
   size_t layout(int64_t (&stride)[4], int batch, int seqlen, int heads, int dim) const {
-    stride[3] = 1;
-    if (shape.padded) {
-      stride[2] = dim + 16;
-      stride[1] = heads * stride[2] + 32;
-      stride[0] = int64_t{seqlen} * stride[1] + 16;
-    } else {
-      fa::set_contiguous_strides(stride, seqlen, heads, dim);
-    }
-    return std::max<size_t>(16, size_t(batch) * size_t(stride[0]));
+    return fp8_layout(stride, shape.padded, batch, seqlen, heads, dim);
   }
 
   // Every element of an e4m3 tensor as `dtype`: the logical ones times their head's descale

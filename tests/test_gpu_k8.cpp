@@ -21,6 +21,7 @@
 #include "common/host_dtype.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/reference.h"
+#include "fp8_case.h"
 #include "gpu_test_util.h"
 
 namespace fa = flashattn;
@@ -45,39 +46,24 @@ struct K8Shape {
   bool padded = false;
 };
 
+// "k8_bf16_b2_q300_k517_h4x2_d128_causal_hadamard": a gtest name.
 std::string k8_name(const K8Shape& s) {
-  std::string n;
-  auto num = [&](const char* tag, int x) { n.append(tag).append(std::to_string(x)); };
-  num("b", s.batch);
-  num("_q", s.seqlen_q);
-  num("_k", s.seqlen_k);
-  num("_h", s.heads_q);
-  num("x", s.heads_kv);
-  num("_d", s.head_dim);
-  n.append("_").append(fa::dtype_name(s.in_dtype));
-  if (s.causal) n.append("_causal");
-  if (s.window_left >= 0 || s.window_right >= 0) {
-    num("_win", s.window_left);
-    num("_", s.window_right);
-  }
-  if (s.rotation == fa::Fp8Rotation::hadamard) n.append("_hadamard");
-  if (s.outliers) n.append("_outliers");
-  if (s.padded) n.append("_padded");
-  for (char& c : n)
-    if (c == '-') c = 'm';
-  return n;
+  return flashattn::testing::CaseName(fa::Kernel::k8, s.in_dtype)
+      .num("_b", s.batch)
+      .num("_q", s.seqlen_q)
+      .num("_k", s.seqlen_k)
+      .num("_h", s.heads_q)
+      .num("x", s.heads_kv)
+      .head_dims(s.head_dim, s.head_dim)
+      .mask(s.causal, s.window_left, s.window_right)
+      .flag(s.rotation == fa::Fp8Rotation::hadamard, "_hadamard")
+      .flag(s.outliers, "_outliers")
+      .flag(s.padded, "_padded")
+      .str();
 }
 
-constexpr uint16_t kPoison16 = 0xFFFF;
-
-// Strides of a (batch, seqlen, heads, dim) tensor, padded or dense; returns the elements needed.
-size_t layout(int64_t (&st)[4], bool padded, int batch, int seqlen, int heads, int dim) {
-  st[3] = 1;
-  st[2] = padded ? dim + 16 : dim;
-  st[1] = heads * st[2] + (padded ? 32 : 0);
-  st[0] = int64_t{seqlen} * st[1] + (padded ? 16 : 0);
-  return std::max<size_t>(16, size_t(batch) * size_t(st[0]));
-}
+using fa_test::fp8_layout;
+using fa_test::kPoison16;
 
 template <class T>
 void upload(DeviceBuffer& d, const std::vector<T>& h) {
@@ -118,13 +104,13 @@ struct K8Case {
     qp.head_dim = d;
     qp.rotation = s.rotation;
     qp.seed = seed ^ 0x4ad;
-    const size_t nq = layout(qp.q.stride, s.padded, s.batch, s.seqlen_q, s.heads_q, d);
-    const size_t nk = layout(qp.k.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
-    layout(qp.v.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
+    const size_t nq = fp8_layout(qp.q.stride, s.padded, s.batch, s.seqlen_q, s.heads_q, d);
+    const size_t nk = fp8_layout(qp.k.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
+    fp8_layout(qp.v.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
     // The e4m3 outputs dense (their own strides), o padded like the inputs.
-    const size_t nq8 = layout(qp.q_out.stride, false, s.batch, s.seqlen_q, s.heads_q, d);
-    const size_t nk8 = layout(qp.k_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
-    layout(qp.v_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
+    const size_t nq8 = fp8_layout(qp.q_out.stride, false, s.batch, s.seqlen_q, s.heads_q, d);
+    const size_t nk8 = fp8_layout(qp.k_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
+    fp8_layout(qp.v_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
     q16.resize(nq);
     k16.resize(nk);
     v16.resize(nk);
@@ -173,7 +159,7 @@ struct K8Case {
       fp.k.stride[i] = qp.k_out.stride[i];
       fp.v.stride[i] = qp.v_out.stride[i];
     }
-    o.assign(layout(fp.o.stride, s.padded, s.batch, s.seqlen_q, s.heads_q, d), kPoison16);
+    o.assign(fp8_layout(fp.o.stride, s.padded, s.batch, s.seqlen_q, s.heads_q, d), kPoison16);
     lse.assign(std::max<size_t>(1, size_t(s.batch) * s.heads_q * s.seqlen_q), NAN);
     fp.q.data = q8_dev.data();
     fp.k.data = k8_dev.data();

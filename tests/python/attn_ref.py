@@ -238,6 +238,19 @@ E4M3_MAX = 448.0
 FP8_SCORE_REL_TOL = 1.0 / 4096
 
 
+# The GPU grid of the FP8 forward tests (test_fp8.py: K7; test_k8.py: K8).
+FP8_GPU_SHAPES = [  # b, sq, sk, hq, hkv, causal, window
+    (2, 1, 1, 4, 2, False, (-1, -1)),
+    (2, 1, 239, 4, 4, False, (-1, -1)),
+    (2, 113, 203, 4, 2, True, (-1, -1)),
+    (3, 239, 1, 4, 1, True, (-1, -1)),  # MQA; rows that see no key
+    (1, 1024, 1023, 6, 1, False, (-1, -1)),
+    (1, 1023, 1024, 4, 2, True, (-1, -1)),
+    (2, 255, 1000, 2, 2, False, (100, 7)),
+    (1, 2048, 2048, 4, 2, False, (-1, -1)),
+]
+
+
 def per_query_head(descale, heads):
     """A (batch, heads_kv) descale as a factor broadcast over (batch, seqlen, heads, dim): query
     head h uses KV head h // (heads / heads_kv)'s value. None: 1. A 4-dimensional descale is

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import flashattn
-from attn_ref import E4M3_MAX, check_fp8, dequantise, per_query_head
+from attn_ref import E4M3_MAX, FP8_GPU_SHAPES, check_fp8, dequantise, per_query_head
 from flashattn import UnsupportedError, flash_attn_func, flash_attn_varlen_func
 
 E4M3 = torch.float8_e4m3fn
@@ -332,22 +332,10 @@ def gpu_run(q8, k8, v8, kernel="k7", **kw):
     return out, lse
 
 
-GPU_SHAPES = [  # b, sq, sk, hq, hkv, causal, window
-    (2, 1, 1, 4, 2, False, (-1, -1)),
-    (2, 1, 239, 4, 4, False, (-1, -1)),
-    (2, 113, 203, 4, 2, True, (-1, -1)),
-    (3, 239, 1, 4, 1, True, (-1, -1)),  # MQA; rows that see no key
-    (1, 1024, 1023, 6, 1, False, (-1, -1)),
-    (1, 1023, 1024, 4, 2, True, (-1, -1)),
-    (2, 255, 1000, 2, 2, False, (100, 7)),
-    (1, 2048, 2048, 4, 2, False, (-1, -1)),
-]
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not k7_ready(), reason=K7_SKIP)
 @pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("shape", FP8_GPU_SHAPES)
 @pytest.mark.parametrize("mode,out_dtype", [("amax", torch.bfloat16), ("random", torch.float16),
                                             ("none", torch.bfloat16)])
 def test_k7_passes_the_fp8_oracle(d, shape, mode, out_dtype):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import flashattn
-from attn_ref import check_fp8
+from attn_ref import FP8_GPU_SHAPES, check_fp8
 from flashattn import UnsupportedError, flash_attn_func, quantize_fp8
 from flashattn import _lib
 
@@ -464,22 +464,10 @@ def test_gpu_quantize_fp8_equals_the_host_bitwise(d, rotation):
                    quantize_fp8(q, k, v, rotation=rotation, seed=2**63 + 9))
 
 
-GPU_SHAPES = [  # b, sq, sk, hq, hkv, causal, window
-    (2, 1, 1, 4, 2, False, (-1, -1)),
-    (2, 1, 239, 4, 4, False, (-1, -1)),
-    (2, 113, 203, 4, 2, True, (-1, -1)),
-    (3, 239, 1, 4, 1, True, (-1, -1)),  # MQA; rows that see no key
-    (1, 1024, 1023, 6, 1, False, (-1, -1)),
-    (1, 1023, 1024, 4, 2, True, (-1, -1)),
-    (2, 255, 1000, 2, 2, False, (100, 7)),
-    (1, 2048, 2048, 4, 2, False, (-1, -1)),
-]
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not k8_ready(), reason=K8_SKIP)
 @pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("shape", FP8_GPU_SHAPES)
 @pytest.mark.parametrize("rotation,out_dtype", [(None, torch.bfloat16),
                                                 ("hadamard", torch.float16)])
 def test_gpu_k8_passes_the_fp8_oracle(d, shape, rotation, out_dtype):

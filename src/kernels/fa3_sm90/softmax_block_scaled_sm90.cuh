@@ -85,10 +85,7 @@ struct BlockScaledSoftmax {
   __device__ __forceinline__ void finalize(float (&inv)[kRows], float (&lse)[kRows]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const float sum = quad_sum(l[r]);
-      const bool empty = sum == 0.f || sum != sum;
-      inv[r] = empty ? 0.f : 1.f / sum;
-      lse[r] = empty ? -INFINITY : (m[r] - kPOffset + __log2f(sum)) * kLn2;
+      finalize_row(l[r], [&] { return m[r] - kPOffset; }, inv[r], lse[r]);
     }
   }
 

@@ -87,6 +87,18 @@ inline constexpr float kRescaleSlack = 8.f;
 #endif
 inline constexpr int kExp2EmulationPeriod = FLASHATTN_EXP2_EMULATION_PERIOD;
 
+// One row's 1/l (0 for a row that saw no key: its O is 0) and natural-log LSE (-inf then), from
+// the thread's partial row sum and ref_log2(), the row's reference max in log2 units with P's
+// offset removed (a callable, evaluated after the sum as the softmaxes always have).
+template <class RefLog2>
+__device__ __forceinline__ void finalize_row(float partial_sum, RefLog2&& ref_log2, float& inv,
+                                             float& lse) {
+  const float sum = quad_sum(partial_sum);
+  const bool empty = sum == 0.f || sum != sum;
+  inv = empty ? 0.f : 1.f / sum;
+  lse = empty ? -INFINITY : (ref_log2() + __log2f(sum)) * kLn2;
+}
+
 // Independent partial chains per row reduction (OnlineSoftmax::step) and their pairwise merge.
 inline constexpr int kChains = 4;
 template <class Op>
@@ -162,10 +174,7 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void finalize(float (&inv)[kRows], float (&lse)[kRows]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const float sum = quad_sum(l[r]);
-      const bool empty = sum == 0.f || sum != sum;
-      inv[r] = empty ? 0.f : 1.f / sum;
-      lse[r] = empty ? -INFINITY : (m[r] * scale_log2 - kPOffset + __log2f(sum)) * kLn2;
+      finalize_row(l[r], [&] { return m[r] * scale_log2 - kPOffset; }, inv[r], lse[r]);
     }
   }
 
