@@ -365,11 +365,12 @@ TEST(K8GpuDeterminism, HundredRunsBitwise) {
 
 // The point of the rotation: on FlashAttention-3's outlier inputs, the RMSE against the fp64
 // attention of the original bf16 data, K8 with the rotation vs K7 (per-(sequence, KV head)
-// descales from the same data). Measured in simulation and on the H100 at about 0.4-0.5x; the
-// test asserts < 0.7x, a margin that the seeds tried never came near.
+// descales from the same data), asserted < 0.7x. At 1024 x 1024 keys the ratio measured 0.54,
+// 0.64 and 0.68 in three runs (too few outliers for a stable figure); with 4096 keys 0.36-0.51
+// over nine seeds on the H100 (the accuracy report, 4096 x 4096: 0.40 / 0.35).
 TEST(K8GpuAccuracy, HadamardBeatsPerHeadDescalesOnOutliers) {
   if (!k8_runs_here()) GTEST_SKIP() << "no sm_90 device or k8 not built";
-  const K8Shape shape{.batch = 1, .seqlen_q = 1024, .seqlen_k = 1024, .heads_q = 4, .heads_kv = 4,
+  const K8Shape shape{.batch = 1, .seqlen_q = 1024, .seqlen_k = 4096, .heads_q = 4, .heads_kv = 4,
                       .head_dim = 128, .rotation = fa::Fp8Rotation::hadamard, .outliers = true};
   K8Case c(shape, run_seed());
   K8Run run(c);
@@ -423,7 +424,7 @@ TEST(K8GpuAccuracy, HadamardBeatsPerHeadDescalesOnOutliers) {
   std::vector<uint16_t> o7(c.o.size());
   download(o7, o7d);
   const double k7_rmse = rmse_vs_original(o7);
-  std::printf("[k8 accuracy] outliers d128 s1024: rmse vs original k8+hadamard %.3e, k7 %.3e "
+  std::printf("[k8 accuracy] outliers d128 q1024 k4096: rmse vs original k8+hadamard %.3e, k7 %.3e "
               "(ratio %.2f)\n", k8, k7_rmse, k8 / k7_rmse);
   EXPECT_GT(k7_rmse, 0.0);
   EXPECT_LT(k8, 0.7 * k7_rmse);
