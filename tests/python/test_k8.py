@@ -176,13 +176,22 @@ def test_quantize_fp8_rotation_keeps_scores_and_the_seed_matters():
     assert not torch.equal(bits(a[0]), bits(c[0]))
     assert torch.equal(bits(a[2]), bits(c[2]))  # v is not rotated
 
-    # (qM)(kM)^T = q k^T: the rotated rows' scores are the originals' (fp32 rounding only).
+    # (qM)(kM)^T = q k^T: M is orthogonal, so the dequantised rotated rows' scores are the
+    # originals' up to e4m3's rounding. Measured as RMS over the 8192 scores, which is stable:
+    # 0.036-0.038 of the scores' RMS over 200 draws, and 1.41 when q and k are rotated with
+    # different seeds. (A max-error bound was flaky: the worst score's error reached 0.054 of
+    # the largest score, above the 0.05 it once asserted.)
     rq, rk = block_rows(128)
     qr = a[0].float() * per_row(a[3], rq, 64)
     kr = a[1].float() * per_row(a[4], rk, 64)
-    scores = torch.einsum("bihd,bjhd->bhij", qr, kr)
+    kc = c[1].float() * per_row(c[4], rk, 64)
     want = torch.einsum("bihd,bjhd->bhij", q.float(), k.float())
-    assert (scores - want).abs().max() < 0.05 * want.abs().max()
+
+    def rms(x):
+        return x.pow(2).mean().sqrt()
+
+    assert rms(torch.einsum("bihd,bjhd->bhij", qr, kr) - want) < 0.1 * rms(want)
+    assert rms(torch.einsum("bihd,bjhd->bhij", qr, kc) - want) > 0.5 * rms(want)  # seeds differ
 
 
 def test_quantize_fp8_shapes_fake_and_opcheck():
