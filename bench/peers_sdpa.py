@@ -23,7 +23,7 @@ workspace), and ok only when the gradients of that call are finite. The backend 
 (default in --bwd) runs flashattn.flash_attn_func on (batch, seqlen, heads, hdim) inputs with
 --flashattn-kernel as the forward family (default auto); its records are named after that
 family's backward (flashattn_auto, flashattn_fa2; _det with --deterministic) and carry
-bwd_kernel, the family the backward ran on (auto: k6 on Hopper at head dims 64/128, else fa2).
+bwd_kernel, the family the backward ran on (auto: k6 on Hopper at head dims 64/128/256, else fa2).
 """
 import argparse
 import datetime
@@ -55,7 +55,7 @@ def parse_args(argv):
     p.add_argument("--flashattn-kernel", default="auto",
                    help="flashattn's forward family (the backward runs on it when it is a "
                         "backward family, cpu or fa2, else on auto's choice: k6 on Hopper at head "
-                        "dims 64 and 128, fa2 otherwise; each record's bwd_kernel says which)")
+                        "dims 64, 128 and 256, fa2 otherwise; each record's bwd_kernel says which)")
     p.add_argument("--deterministic", action="store_true", help="flashattn's deterministic bwd")
     p.add_argument("--seqlens", type=int_list, default=list(SEQLENS), help="subset of the grid")
     p.add_argument("--hdims", type=int_list, default=list(HDIMS), help="subset of the grid")
@@ -141,7 +141,7 @@ def bwd_family(torch, kernel, hd):
     if family != "auto":
         return family
     hopper = torch.cuda.get_device_capability(0)[0] == 9
-    return "k6" if hopper and hd in (64, 128) else "fa2"
+    return "k6" if hopper and hd in (64, 128, 256) else "fa2"
 
 
 def contender(torch, name, args, dtype):

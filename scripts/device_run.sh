@@ -14,7 +14,7 @@
 #   python             pytest tests/python against the carried library
 #   sanitize-bwd       compute-sanitizer memcheck/racecheck/synccheck on the backward families
 #                      ($SANITIZE_BWD_KERNELS, default fa2 k6; deterministic too) at each head dim
-#                      of $SANITIZE_HDIMS (default 64 128 256; k6 at 64 and 128)
+#                      of $SANITIZE_HDIMS (default 64 128 256)
 #   peers-bwd:BACKENDS bench/peers_sdpa.py --bwd on the standard grid -> peers_bwd.json
 #   train              bench/train_check.py: 300 training steps, flashattn vs SDPA -> train_check.json
 #   compare            bench/compare.py: our kernels and SDPA backends -> compare.{json,png,md}
@@ -77,7 +77,6 @@ for step in "$@"; do
       for tool in memcheck racecheck synccheck; do
         for k in ${SANITIZE_BWD_KERNELS:-fa2 k6}; do
           for d in ${SANITIZE_HDIMS:-64 128 256}; do
-            [ "$k" = k6 ] && [ "$d" != 64 ] && [ "$d" != 128 ] && continue  # kBwdSm90HeadDims
             for det in "" --deterministic; do
               compute-sanitizer --tool $tool --error-exitcode 9 $B/flashattn-bench --bwd $det \
                 --kernel $k --batch 2 --heads 4 --kv-heads 2 --seqlen-q 113 --seqlen-k 203 \

@@ -111,7 +111,7 @@ bool device_runs(fa::Kernel kernel) {
 // The GPU families with a backward, and whether one is built for a (head_dim, head_dim_v).
 constexpr fa::Kernel kKernels[] = {fa::Kernel::fa2, fa::Kernel::k6};
 bool runs_head_dims(fa::Kernel kernel, int d, int dv) {
-  return kernel != fa::Kernel::k6 || (d == dv && (d == 64 || d == 128));
+  return kernel != fa::Kernel::k6 || (d == dv && (d == 64 || d == 128 || d == 256));
 }
 
 void expect_matches_reference(BwdCase& c, const std::string& name, fa::Kernel kernel) {
@@ -198,7 +198,7 @@ std::vector<GpuCase> grid() {
   const int windows[][5] = {{113, 203, 37, 5, 0},  {203, 113, 37, 5, 0},  {300, 300, 5, 37, 0},
                             {300, 300, 100, 0, 1}, {130, 500, -1, 70, 0}, {500, 130, 70, -1, 0}};
   for (const auto& w : windows) {
-    for (int d : {64, 128}) {
+    for (int d : {64, 128, 256}) {
       BwdShape s;
       s.seqlen_q = w[0];
       s.seqlen_k = w[1];

@@ -129,7 +129,7 @@ constexpr KernelCaps backward_kernel_caps(Kernel kernel) {
     case Kernel::fa2:
       return {.built = true, .min_cc = 80, .varlen = true, .hdim_v_differs = true, .sinks = true,
               .softcap = true, .dtypes = k16BitDTypes};
-    // Hopper (sm_90a): the wgmma backward, head dims 64 and 128 (kBwdSm90HeadDims).
+    // Hopper (sm_90a): the wgmma backward, head dims 64, 128 and 256 (kBwdSm90HeadDims).
     case Kernel::k6:
       return {.built = true, .min_cc = 90, .max_cc_major = 9, .varlen = true, .tma = true,
               .sinks = true, .softcap = true, .dtypes = k16BitDTypes,

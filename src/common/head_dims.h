@@ -30,7 +30,7 @@ inline constexpr HeadDims kLineageHeadDims[] = {{128, 128}};
 // The pairs the FP8 (e4m3) forward, K7, is built for.
 inline constexpr HeadDims kFp8HeadDims[] = {{64, 64}, {128, 128}, {256, 256}};
 // The pairs the Hopper backward (K6's family) is built for; the others run on fa2's backward.
-inline constexpr HeadDims kBwdSm90HeadDims[] = {{64, 64}, {128, 128}};
+inline constexpr HeadDims kBwdSm90HeadDims[] = {{64, 64}, {128, 128}, {256, 256}};
 
 template <const auto& kList>
 constexpr bool head_dims_in(int qk, int v) {

@@ -10,6 +10,8 @@
 
 #include <cutlass/numeric_types.h>
 
+#include <type_traits>
+
 // config.cuh includes cute/tensor.hpp before the atom headers (they are not self-contained).
 #include "kernels/fa3_sm90/config.cuh"
 
@@ -26,6 +28,7 @@ struct ConfigBwd {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the Hopper backward is built for d 64, 128");
+  static constexpr bool kSplitD = false;
   static constexpr int kBlockM = 64;   // query rows per step of the walk
   static constexpr int kBlockN = 128;  // keys per block
   static constexpr int kStages = 2;    // Q / dO ring
@@ -121,5 +124,117 @@ struct ConfigBwd {
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");
 };
+
+// Head dim 256: dK and dV of 128 keys would need 256 fp32 accumulator registers per thread, so a
+// block owns kBlockN = 64 keys and its two MMA warpgroups split the GEMMs two ways (the "split-D"
+// kernel, kernel_bwd_split_d_sm90.cuh):
+//   S and dP by keys: warpgroup w computes the (64 rows, 32 keys) slice [32w, 32w + 32) over the
+//       whole head dim (wgmma n32);
+//   dV, dK and dQ by head-dim columns: warpgroup w owns columns [128w, 128w + 128) of all 64 keys'
+//       dV and dK (64 + 64 registers) and of the step's dQ, over the whole P / dS, which both
+//       warpgroups write into shared memory (double-buffered, a block barrier each).
+// Shared memory: Q and dO in two stages (128 KB), K and V (64 KB), P and dS (2 x 2 x 8 KB) make
+// 224 KB, which leaves no room for a dQ staging buffer: a warpgroup stages its dQ (64 x 128 fp32,
+// two (64, 64) reduce-add boxes) in the halves of this step's Q and dO that only it reads, and
+// hands the stage back to the producer once the reduce-adds have read it.
+template <class Element_, int kHeadDim_>
+struct ConfigBwdSplitD {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 256, "the split-D backward is built for d 256");
+  static constexpr bool kSplitD = true;
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 64;
+  static constexpr int kStages = 2;
+  static constexpr int kMmaWarpGroups = 2;
+  static constexpr int kMmaThreads = 128 * kMmaWarpGroups;
+  static constexpr int kThreads = 128 + kMmaThreads;
+  static constexpr int kKeysWG = kBlockN / kMmaWarpGroups;   // 32: S and dP
+  static constexpr int kColsWG = kHeadDim / kMmaWarpGroups;  // 128: dV, dK, dQ
+  static constexpr int kDqBox = 64;                          // columns per reduce-add box
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kMmaThreads <=
+                    (65536 / kThreads) / 8 * 8 * kThreads,
+                "setmaxnreg cannot hand out more registers than the launch gave the block");
+
+  using AtomD = SmemAtomK<Element, kHeadDim>;  // 128-byte swizzle, 64 columns
+  using Atom64 = SmemAtomK<Element, 64>;
+  // Q and dO: (rows, dim, stage); K, V: (keys, dim). A 64-column block of every row is one
+  // contiguous 8 KB run, so a warpgroup's 128 columns are 16 KB at element offset 8192·w.
+  using SmemLayoutQ =
+      decltype(tile_to_shape(AtomD{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutK = decltype(tile_to_shape(AtomD{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  static constexpr int kStageElems = kBlockM * kHeadDim;  // one stage of Q (dO)
+  static constexpr int kHalfElems = kBlockM * kColsWG;    // one warpgroup's columns of it
+  static_assert(kBlockM == kBlockN, "Q's, dO's and K's column halves share one layout");
+  // A warpgroup's columns of one stage of Q or dO (or of K): (rows, 128 columns), and read as the
+  // N-major B operand of dK = dSᵀ·Q, dV = Pᵀ·dO: (column, row).
+  using SmemLayoutHalf = decltype(tile_to_shape(AtomD{}, Shape<Int<kBlockM>, Int<kColsWG>>{}));
+  using SmemLayoutHalfT = decltype(composition(
+      SmemLayoutHalf{}, make_ordered_layout(Shape<Int<kColsWG>, Int<kBlockM>>{}, Step<_2, _1>{})));
+  // 64 columns of K read as the N-major B operand of dQ = dS·K: (column, key).
+  using SmemLayoutKBox = decltype(tile_to_shape(AtomD{}, Shape<Int<kBlockN>, Int<kDqBox>>{}));
+  using SmemLayoutKBoxT = decltype(composition(
+      SmemLayoutKBox{}, make_ordered_layout(Shape<Int<kDqBox>, Int<kBlockN>>{}, Step<_2, _1>{})));
+  // P and dS: (row, key), one buffer of each per step parity; read transposed (key, row) as the
+  // M-major A operand of dV and dK.
+  using SmemLayoutP = decltype(tile_to_shape(Atom64{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  using SmemLayoutPt = decltype(composition(
+      SmemLayoutP{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, Step<_2, _1>{})));
+  // dQ's fp32 staging box, (64 rows, 64 columns) 128-byte swizzled: 16 KB, the size of a
+  // warpgroup's half of one stage of Q (dO), where it is written.
+  using SmemLayoutDq =
+      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kDqBox>>{}));
+  static_assert(cosize_v<SmemLayoutDq> * sizeof(float) == kHalfElems * sizeof(Element),
+                "a dQ box fills a warpgroup's half of a stage");
+
+  // S_w = Q·K_wᵀ, dP_w = dO·V_wᵀ: (64 rows, 32 keys, d), K-major.
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kKeysWG>, Int<kHeadDim>>>()));
+  // dV_w += Pᵀ·dO_w, dK_w += dSᵀ·Q_w: (64 keys, 128 columns, 64 rows), MN-major.
+  using TiledMmaDkv = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockN>, Int<kColsWG>, _64>,
+                           GMMA::Major::MN, GMMA::Major::MN>()));
+  // One box of dQ_w = dS·K: (64 rows, 64 columns, 64 keys); A K-major, B N-major.
+  using TiledMmaDq = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqBox>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>()));
+
+  using TileQ = decltype(product_each(shape(take<0, 2>(SmemLayoutQ{}))));
+  using TileK = decltype(product_each(shape(SmemLayoutK{})));
+  using TileDq = decltype(product_each(shape(SmemLayoutDq{})));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{},
+                                      take<0, 2>(SmemLayoutQ{}), TileQ{}, _1{}));
+  using TmaK =
+      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{}, SmemLayoutK{}, TileK{}, _1{}));
+  using TmaDq = decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, GmemTensorF32{}, SmemLayoutDq{},
+                                       TileDq{}, _1{}));
+
+  static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);
+  using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> dout;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> v;
+    alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> p;   // two buffers
+    alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
+    alignas(16) uint64_t kv_full;
+    typename PipelineQ::SharedStorage pipeline_q;
+    int* dq_sem[kMmaWarpGroups];
+    int dq_turn[kMmaWarpGroups];
+    int dq_next_turn[kMmaWarpGroups];
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");
+};
+
+// The configuration of head dim kHeadDim's backward: split-D at 256, else ConfigBwd.
+template <class Element, int kHeadDim>
+using BwdConfigFor = std::conditional_t<kHeadDim == 256, ConfigBwdSplitD<Element, kHeadDim>,
+                                        ConfigBwd<Element, kHeadDim>>;
 
 }  // namespace flashattn::fa3

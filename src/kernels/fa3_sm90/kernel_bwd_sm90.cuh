@@ -86,6 +86,158 @@ __device__ __forceinline__ void release_turn(int*& sem, int turn) {
   sem = nullptr;
 }
 
+// The producer warpgroup's thread 0: K and V of key block n_block once, then Q and dO of every
+// step into the two-stage ring (one transaction barrier per stage). Shared by both kernels.
+template <class C, class StepAt>
+__device__ __forceinline__ void bwd_produce(const ParamsBwd<C>& params,
+                                            typename C::SharedStorage& ss,
+                                            typename C::PipelineQ& pipe, const SequenceView& seq_kv,
+                                            int n_block, int h_kv, int batch_index, int steps,
+                                            StepAt step_at) {
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
+  Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+  Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
+  Tensor gK =
+      local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mK(_, _, h_kv, batch_index)),
+                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+  Tensor gV =
+      local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mV(_, _, h_kv, batch_index)),
+                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+  auto [k_src, k_dst] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+  auto [v_src, v_dst] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+  Barrier::arrive_and_expect_tx(&ss.kv_full, 2 * C::kBytesK);
+  copy(params.tma_k.with(ss.kv_full), k_src, k_dst);
+  copy(params.tma_v.with(ss.kv_full), v_src, v_dst);
+
+  Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
+  Tensor mdO = params.tma_do.get_tma_tensor(params.shape_do);
+  auto state = cutlass::make_producer_start_state<typename C::PipelineQ>();
+  for (int i = 0; i < steps; ++i, ++state) {
+    int h, m;
+    step_at(i, h, m);
+    const int row = seq_kv.token_q + m * kBlockM;
+    Tensor gQ = local_tile(domain_offset(make_coord(row, _0{}), mQ(_, _, h, batch_index)),
+                           Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
+    Tensor gdO = local_tile(domain_offset(make_coord(row, _0{}), mdO(_, _, h, batch_index)),
+                            Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
+    auto [q_src, q_dst] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+    auto [do_src, do_dst] = tma_partition(params.tma_do, _0{}, Layout<_1>{},
+                                          group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    pipe.producer_acquire(state);
+    auto* full = pipe.producer_get_barrier(state);
+    copy(params.tma_q.with(*full), q_src, q_dst(_, state.index()));
+    copy(params.tma_do.with(*full), do_src, do_dst(_, state.index()));
+  }
+}
+
+// The forward's LSE (log2 units) and D of this thread's two rows of query block row0; rows past
+// the sequence get LSE = +inf (P = 0) and D = 0, so they contribute nothing.
+template <class Coords>
+__device__ __forceinline__ void load_lse_dsum(const bwd::Workspace& ws, const Coords& coords,
+                                              int64_t ws_row0, int row0, int len_q, float (&lse)[2],
+                                              float (&dsum)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = get<0>(coords(r, 0));
+    const bool valid = row0 + row < len_q;
+    lse[r] = valid ? ws.lse_log2[ws_row0 + row] : INFINITY;
+    dsum[r] = valid ? ws.dsum[ws_row0 + row] : 0.f;
+  }
+}
+
+// S (rowcol) becomes P = exp2(S·scale·log2e − LSE) and dP (rowcol) dP − D, for the keys
+// [key_first, key_first + kKeys) of query block row0 — with softcap (the logit softcap·t,
+// t = tanh(q·k·softcap_scale)) dP − D times dS's factor 1 − t² as well. dP − D first, so D's
+// registers are free before P.
+template <int kKeys, class S, class DP, class Coords>
+__device__ __forceinline__ void probabilities(S& s, DP& dp, const Coords& coords, const Problem& p,
+                                              const Mask& mask, const SequenceView& seq, int row0,
+                                              int key_first, const float (&lse)[2],
+                                              const float (&dsum)[2]) {
+  if (p.has_softcap()) {
+#pragma unroll
+    for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+      for (int j = 0; j < size<1>(s); ++j) {
+        const float t = tanh_accurate(s(r, j) * p.softcap_scale);
+        s(r, j) = t;
+        dp(r, j) = (dp(r, j) - dsum[r]) * fmaf(-t, t, 1.f);
+      }
+  } else {
+#pragma unroll
+    for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+      for (int j = 0; j < size<1>(s); ++j) dp(r, j) -= dsum[r];
+  }
+  const bool full =
+      key_first + kKeys <= seq.len_k &&
+      mask.tile_all_visible(row0, min(row0 + 64, seq.len_q), key_first, key_first + kKeys);
+  if (!full) apply_mask(s, coords, mask, row0, key_first);
+#pragma unroll
+  for (int r = 0; r < size<0>(s); ++r)
+#pragma unroll
+    for (int j = 0; j < size<1>(s); ++j) s(r, j) = exp2_approx(s(r, j) * p.scale_log2 - lse[r]);
+}
+
+// dK (scaled: S was scale·Q·Kᵀ) and dV of a warpgroup's (kKeys, kCols) accumulators, keys from
+// key_first and columns from col_first, the keys that exist.
+template <int kKeys, int kCols, class Element, class ThrMma, class Acc>
+__device__ __forceinline__ void store_dk_dv(const BackwardProblem& bp, const SequenceView& seq_kv,
+                                            int b, int h_kv, int key_first, int col_first,
+                                            const ThrMma& thr_dkv, Acc& tdKrdK, Acc& tdVrdV) {
+  const Problem& p = bp.fwd;
+  Tensor kv_coords =
+      rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kKeys>, Int<kCols>>{})));
+  Tensor dk = rowcol(tdKrdK);
+  Tensor dv = rowcol(tdVrdV);
+  const bool varlen = p.cu_seqlens_k != nullptr;
+  Element* dk_g = static_cast<Element*>(bp.dk) +
+                  (varlen ? seq_kv.token_k * bp.dk_stride[1] : b * bp.dk_stride[0]) +
+                  h_kv * bp.dk_stride[2] + col_first;
+  Element* dv_g = static_cast<Element*>(bp.dv) +
+                  (varlen ? seq_kv.token_k * bp.dv_stride[1] : b * bp.dv_stride[0]) +
+                  h_kv * bp.dv_stride[2] + col_first;
+#pragma unroll
+  for (int r = 0; r < size<0>(dk); ++r) {
+    const int key = key_first + get<0>(kv_coords(r, 0));
+    if (key < seq_kv.len_k) {
+#pragma unroll
+      for (int j = 0; j < size<1>(dk); j += 2) {
+        const int col = get<1>(kv_coords(r, j));
+        *reinterpret_cast<uint32_t*>(dk_g + key * bp.dk_stride[1] + col) =
+            pack_pair<Element>(dk(r, j) * p.scale, dk(r, j + 1) * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_g + key * bp.dv_stride[1] + col) =
+            pack_pair<Element>(dv(r, j), dv(r, j + 1));
+      }
+    }
+  }
+}
+
+// Deterministic mode: waits for this key block's turn at the semaphore of (head h, query block m,
+// warpgroup wg's columns) and records it, to be handed on once the add completed (release_turn).
+template <class C>
+__device__ __forceinline__ void acquire_turn(const ParamsBwd<C>& params,
+                                             typename C::SharedStorage& ss, int h, int b, int m,
+                                             int wg) {
+  const Problem& p = params.bp.fwd;
+  int* sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + b) * params.ws.m_blocks +
+             m * (C::kBlockM / bwd::kMinBlockM) + wg;
+  const int turn = ss.dq_next_turn[wg];
+  while (bwd::load_acquire(sem) != turn) {
+  }
+  fence_proxy_async_global();
+  ss.dq_sem[wg] = sem;
+  ss.dq_turn[wg] = turn;
+}
+
 // Grid (key blocks, heads_kv, batch).
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1)
@@ -142,54 +294,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
-  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
-  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
-
   if (warp_group == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
     if (threadIdx.x != 0 || steps == 0) return;
-    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
-    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
-    Tensor gK =
-        local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mK(_, _, h_kv, batch_index)),
-                   Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
-    Tensor gV =
-        local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mV(_, _, h_kv, batch_index)),
-                   Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
-    auto [k_src, k_dst] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                        group_modes<0, 2>(gK));
-    auto [v_src, v_dst] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                        group_modes<0, 2>(gV));
-    Barrier::arrive_and_expect_tx(&ss.kv_full, 2 * C::kBytesK);
-    copy(params.tma_k.with(ss.kv_full), k_src, k_dst);
-    copy(params.tma_v.with(ss.kv_full), v_src, v_dst);
-
-    Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
-    Tensor mdO = params.tma_do.get_tma_tensor(params.shape_do);
-    PipelineState state = cutlass::make_producer_start_state<PipelineQ>();
-    for (int i = 0; i < steps; ++i, ++state) {
-      int h, m;
-      step_at(i, h, m);
-      const int row = seq_kv.token_q + m * kBlockM;
-      Tensor gQ = local_tile(domain_offset(make_coord(row, _0{}), mQ(_, _, h, batch_index)),
-                             Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
-      Tensor gdO = local_tile(domain_offset(make_coord(row, _0{}), mdO(_, _, h, batch_index)),
-                              Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
-      auto [q_src, q_dst] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                          group_modes<0, 2>(gQ));
-      auto [do_src, do_dst] = tma_partition(params.tma_do, _0{}, Layout<_1>{},
-                                            group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
-      pipe.producer_acquire(state);
-      auto* full = pipe.producer_get_barrier(state);
-      copy(params.tma_q.with(*full), q_src, q_dst(_, state.index()));
-      copy(params.tma_do.with(*full), do_src, do_dst(_, state.index()));
-    }
+    bwd_produce<C>(params, ss, pipe, seq_kv, n_block, h_kv, batch_index, steps, step_at);
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
 
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
   const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
   const int key_wg = key0 + wg * kKeysWG;  // this warpgroup's first key
   typename C::TiledMmaSdP mma_sdp;
@@ -232,7 +348,6 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(seq_kv.token_q)
                                                      : static_cast<int64_t>(b) * p.seqlen_q;
-  const bool softcap = p.has_softcap();
   // Deterministic: the semaphore and turn of the last reduce-add, passed on once it completed
   // (at the next step's dQ, or after the walk), so that its latency is not waited for in line.
   if (wtid == 0) ss.dq_sem[wg] = nullptr;
@@ -245,17 +360,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       ss.dq_next_turn[wg] = bwd::add_order_descending<kBlockM, kBlockN>(mask, n_block, m);
     }
     const int row0 = m * kBlockM;
-    // The forward's LSE (log2 units) and D of this thread's two rows; rows past the sequence
-    // get LSE = +inf (P = 0) and D = 0, so they contribute nothing.
     const int64_t ws_row0 = static_cast<int64_t>(h) * params.ws.rows + row_base + row0;
     float lse[2], dsum[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = get<0>(coords(r, 0));
-      const bool valid = row0 + row < seq_kv.len_q;
-      lse[r] = valid ? params.ws.lse_log2[ws_row0 + row] : INFINITY;
-      dsum[r] = valid ? params.ws.dsum[ws_row0 + row] : 0.f;
-    }
+    load_lse_dsum(params.ws, coords, ws_row0, row0, seq_kv.len_q, lse, dsum);
     pipe.consumer_wait(state);
     const int st = state.index();
 
@@ -266,33 +373,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     warpgroup_wait<0>();  // S and dP landed
     warpgroup_fence_operand(tSrS);
     warpgroup_fence_operand(tdPrdP);
-    // dP − D now (D's registers free before P), and with softcap — the logit softcap·t,
-    // t = tanh(q·k·softcap_scale) — dS's factor 1 − t² with it.
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    if (softcap) {
-#pragma unroll
-      for (int r = 0; r < size<0>(s); ++r)
-#pragma unroll
-        for (int j = 0; j < size<1>(s); ++j) {
-          const float t = tanh_accurate(s(r, j) * p.softcap_scale);
-          s(r, j) = t;
-          dp(r, j) = (dp(r, j) - dsum[r]) * fmaf(-t, t, 1.f);
-        }
-    } else {
-#pragma unroll
-      for (int r = 0; r < size<0>(s); ++r)
-#pragma unroll
-        for (int j = 0; j < size<1>(s); ++j) dp(r, j) -= dsum[r];
-    }
-    const bool full =
-        key_wg + kKeysWG <= seq_kv.len_k &&
-        mask.tile_all_visible(row0, min(row0 + kBlockM, seq_kv.len_q), key_wg, key_wg + kKeysWG);
-    if (!full) apply_mask(s, coords, mask, row0, key_wg);
-#pragma unroll
-    for (int r = 0; r < size<0>(s); ++r)
-#pragma unroll
-      for (int j = 0; j < size<1>(s); ++j) s(r, j) = exp2_approx(s(r, j) * p.scale_log2 - lse[r]);
+    probabilities<kKeysWG>(s, dp, coords, p, mask, seq_kv, row0, key_wg, lse, dsum);
     // P_w is read only by this warpgroup's dV GEMM, which the last step waited for.
     store_pairs<Element>(tSrS, tPsP);
     cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma
@@ -333,16 +416,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     tma_store_fence();  // the writes, visible to the TMA unit
     named_barrier_sync(kBwdDqWG0 + wg, 128);
     if (wtid == 0) {
-      if (bp.deterministic) {  // this key block's turn at the tile (see the top)
-        int* sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + b) * params.ws.m_blocks +
-                   m * (kBlockM / bwd::kMinBlockM) + wg;
-        const int turn = ss.dq_next_turn[wg];
-        while (bwd::load_acquire(sem) != turn) {
-        }
-        fence_proxy_async_global();
-        ss.dq_sem[wg] = sem;
-        ss.dq_turn[wg] = turn;
-      }
+      // Deterministic: this key block's turn at the tile (see the top).
+      if (bp.deterministic) acquire_turn<C>(params, ss, h, b, m, wg);
       Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
       Tensor gdQ = local_tile(
           domain_offset(make_coord(seq_kv.token_q + row0, _0{}), mdQ(_, _, h, batch_index)),
@@ -358,32 +433,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     release_turn(ss.dq_sem[wg], ss.dq_turn[wg]);
   }
 
-  // dK (scaled: S was scale·Q·Kᵀ) and dV, the warpgroup's keys that exist.
-  Tensor kv_coords =
-      rowcol(thr_dkv.partition_C(make_identity_tensor(Shape<Int<kKeysWG>, Int<kD>>{})));
-  Tensor dk = rowcol(tdKrdK);
-  Tensor dv = rowcol(tdVrdV);
-  const bool varlen = p.cu_seqlens_k != nullptr;
-  Element* dk_g = static_cast<Element*>(bp.dk) +
-                  (varlen ? seq_kv.token_k * bp.dk_stride[1] : b * bp.dk_stride[0]) +
-                  h_kv * bp.dk_stride[2];
-  Element* dv_g = static_cast<Element*>(bp.dv) +
-                  (varlen ? seq_kv.token_k * bp.dv_stride[1] : b * bp.dv_stride[0]) +
-                  h_kv * bp.dv_stride[2];
-#pragma unroll
-  for (int r = 0; r < size<0>(dk); ++r) {
-    const int key = key_wg + get<0>(kv_coords(r, 0));
-    if (key < seq_kv.len_k) {
-#pragma unroll
-      for (int j = 0; j < size<1>(dk); j += 2) {
-        const int col = get<1>(kv_coords(r, j));
-        *reinterpret_cast<uint32_t*>(dk_g + key * bp.dk_stride[1] + col) =
-            pack_pair<Element>(dk(r, j) * p.scale, dk(r, j + 1) * p.scale);
-        *reinterpret_cast<uint32_t*>(dv_g + key * bp.dv_stride[1] + col) =
-            pack_pair<Element>(dv(r, j), dv(r, j + 1));
-      }
-    }
-  }
+  store_dk_dv<kKeysWG, kD, Element>(bp, seq_kv, b, h_kv, key_wg, 0, thr_dkv, tdKrdK, tdVrdV);
 }
 
 }  // namespace flashattn::fa3

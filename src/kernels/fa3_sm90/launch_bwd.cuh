@@ -15,13 +15,14 @@
 #include "kernels/bwd_stages/stages.h"
 #include "kernels/fa3_sm90/config_bwd.cuh"
 #include "kernels/fa3_sm90/kernel_bwd_sm90.cuh"
+#include "kernels/fa3_sm90/kernel_bwd_split_d_sm90.cuh"
 #include "kernels/fa3_sm90/params_bwd_sm90.cuh"
 
 namespace flashattn::fa3 {
 
 template <class Element, int kHeadDim>
 Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
-  using C = ConfigBwd<Element, kHeadDim>;
+  using C = BwdConfigFor<Element, kHeadDim>;
   const Problem& p = bp.fwd;
   const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
   if (n_blocks == 0 || ws.rows == 0) return Status::success();
@@ -63,7 +64,10 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
   params.shape_dq = dq.shape();
 
   if (Status s = check_smem_optin("k6 backward", C::kSmemBytes, kHeadDim); !s.ok()) return s;
-  const auto kernel = bwd_kernel<C>;
+  const auto kernel = [] {
+    if constexpr (C::kSplitD) return bwd_kernel_split_d<C>;
+    else return bwd_kernel<C>;
+  }();
   FA_CUDA_TRY(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(p.heads_kv),
