@@ -23,6 +23,39 @@ using namespace cute;
 using GmemTensorF32 =
     decltype(make_tensor(make_gmem_ptr(static_cast<float*>(nullptr)), GmemShape{}, GmemStride{}));
 
+// What a backward configuration's kernels and host side derive from its shared-memory layouts
+// alike: the TMA types over q and dout (LayoutQ: (rows, dim, stage)), k and v (LayoutK) and the
+// dQ reduce-add box (LayoutDq), the bytes one stage of Q (dO) and one K (V) carry, and the Q/dO
+// pipeline.
+template <class Element, class LayoutQ, class LayoutK, class LayoutDq, int kStages>
+struct BwdTma {
+  using TileQ = decltype(product_each(shape(take<0, 2>(LayoutQ{}))));
+  using TileK = decltype(product_each(shape(LayoutK{})));
+  using TileDq = decltype(product_each(shape(LayoutDq{})));
+  using Q = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{}, take<0, 2>(LayoutQ{}),
+                                   TileQ{}, _1{}));
+  using K =
+      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{}, LayoutK{}, TileK{}, _1{}));
+  using Dq =
+      decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, GmemTensorF32{}, LayoutDq{}, TileDq{}, _1{}));
+  static constexpr int kBytesQ = decltype(size(take<0, 2>(LayoutQ{})))::value * sizeof(Element);
+  static constexpr int kBytesK = decltype(size(LayoutK{}))::value * sizeof(Element);
+  using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
+};
+
+// The synchronisation part of a backward kernel's shared memory, after its tiles.
+template <class PipelineQ, int kMmaWarpGroups>
+struct BwdSync {
+  alignas(16) uint64_t kv_full;                  // K and V landed (TMA transaction barrier)
+  typename PipelineQ::SharedStorage pipeline_q;  // Q and dO of one step, one barrier
+  // Deterministic mode, per MMA warpgroup: the semaphore (null: none) and turn of its last
+  // reduce-add, passed on once the add completed (kernel_bwd_sm90.cuh). In shared memory: held
+  // across the walk in registers, they spilled.
+  int* dq_sem[kMmaWarpGroups];
+  int dq_turn[kMmaWarpGroups];
+  int dq_next_turn[kMmaWarpGroups];  // this step's turn, worked out at the step's start
+};
+
 template <class Element_, int kHeadDim_>
 struct ConfigBwd {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
@@ -90,19 +123,7 @@ struct ConfigBwd {
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqN>, Int<kBlockN>>,
                            GMMA::Major::K, GMMA::Major::MN>()));
 
-  using TileQ = decltype(product_each(shape(take<0, 2>(SmemLayoutQ{}))));
-  using TileK = decltype(product_each(shape(SmemLayoutK{})));
-  using TileDq = decltype(product_each(shape(SmemLayoutDq{})));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{},
-                                      take<0, 2>(SmemLayoutQ{}), TileQ{}, _1{}));
-  using TmaK =
-      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{}, SmemLayoutK{}, TileK{}, _1{}));
-  using TmaDq = decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, GmemTensorF32{}, SmemLayoutDq{},
-                                       TileDq{}, _1{}));
-
-  static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);  // one stage (dO alike)
-  static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);  // V alike
-  using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
+  using Tma = BwdTma<Element, SmemLayoutQ, SmemLayoutK, SmemLayoutDq, kStages>;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
@@ -112,14 +133,7 @@ struct ConfigBwd {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutP>> p;
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
     alignas(1024) cute::array_aligned<float, kMmaWarpGroups * cosize_v<SmemLayoutDq>> dq;
-    alignas(16) uint64_t kv_full;                  // K and V landed (TMA transaction barrier)
-    typename PipelineQ::SharedStorage pipeline_q;  // Q and dO of one step, one barrier
-    // Deterministic mode, per MMA warpgroup: the semaphore (null: none) and turn of its last
-    // reduce-add, passed on once the add completed (kernel_bwd_sm90.cuh). In shared memory: held
-    // across the walk in registers, they spilled.
-    int* dq_sem[kMmaWarpGroups];
-    int dq_turn[kMmaWarpGroups];
-    int dq_next_turn[kMmaWarpGroups];  // this step's turn, worked out at the step's start
+    BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");
@@ -184,8 +198,8 @@ struct ConfigBwdSplitD {
       SmemLayoutP{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, Step<_2, _1>{})));
   // dQ's fp32 staging box, (64 rows, 64 columns) 128-byte swizzled: 16 KB, the size of a
   // warpgroup's half of one stage of Q (dO), where it is written.
-  using SmemLayoutDq =
-      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kDqBox>>{}));
+  using SmemLayoutDq = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{},
+                                              Shape<Int<kBlockM>, Int<kDqBox>>{}));
   static_assert(cosize_v<SmemLayoutDq> * sizeof(float) == kHalfElems * sizeof(Element),
                 "a dQ box fills a warpgroup's half of a stage");
 
@@ -201,19 +215,7 @@ struct ConfigBwdSplitD {
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqBox>, Int<kBlockN>>,
                            GMMA::Major::K, GMMA::Major::MN>()));
 
-  using TileQ = decltype(product_each(shape(take<0, 2>(SmemLayoutQ{}))));
-  using TileK = decltype(product_each(shape(SmemLayoutK{})));
-  using TileDq = decltype(product_each(shape(SmemLayoutDq{})));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{},
-                                      take<0, 2>(SmemLayoutQ{}), TileQ{}, _1{}));
-  using TmaK =
-      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<Element>{}, SmemLayoutK{}, TileK{}, _1{}));
-  using TmaDq = decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, GmemTensorF32{}, SmemLayoutDq{},
-                                       TileDq{}, _1{}));
-
-  static constexpr int kBytesQ = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr int kBytesK = kBlockN * kHeadDim * sizeof(Element);
-  using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
+  using Tma = BwdTma<Element, SmemLayoutQ, SmemLayoutK, SmemLayoutDq, kStages>;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
@@ -222,11 +224,7 @@ struct ConfigBwdSplitD {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> v;
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> p;   // two buffers
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
-    alignas(16) uint64_t kv_full;
-    typename PipelineQ::SharedStorage pipeline_q;
-    int* dq_sem[kMmaWarpGroups];
-    int dq_turn[kMmaWarpGroups];
-    int dq_next_turn[kMmaWarpGroups];
+    BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");

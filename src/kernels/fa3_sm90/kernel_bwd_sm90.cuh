@@ -86,16 +86,89 @@ __device__ __forceinline__ void release_turn(int*& sem, int turn) {
   sem = nullptr;
 }
 
-// The producer warpgroup's thread 0: K and V of key block n_block once, then Q and dO of every
-// step into the two-stage ring (one transaction barrier per stage). Shared by both kernels.
-template <class C, class StepAt>
-__device__ __forceinline__ void bwd_produce(const ParamsBwd<C>& params,
-                                            typename C::SharedStorage& ss,
-                                            typename C::PipelineQ& pipe, const SequenceView& seq_kv,
-                                            int n_block, int h_kv, int batch_index, int steps,
-                                            StepAt step_at) {
+// Where a backward block walks (grid (key blocks, heads_kv, batch)): key block n_block of KV head
+// h_kv of sequence b — deterministic mode dispatches the key blocks last first (see the top) —
+// that sequence's mask, and the steps: every query block [m_lo, m_hi) that sees one of the
+// block's keys, for every query head of the KV head's group (one sequence, the same blocks).
+template <int kBlockM, int kBlockN>
+struct BwdWalk {
+  int n_block, h_kv, b, key0;
+  SequenceView seq_kv;
+  Mask mask;
+  int m_lo, steps_per_head, steps, group;
+  int batch_index;  // of the tensors' batch mode: 0 when packed (varlen)
+
+  // The block's coordinates and sequence; plan() the rest, once the block is known not empty().
+  __device__ __forceinline__ BwdWalk(const Problem& p, bool deterministic) {
+    n_block = deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    h_kv = blockIdx.y;
+    b = blockIdx.z;
+    seq_kv = sequence_view(p, b, h_kv * p.group, h_kv);
+    key0 = n_block * kBlockN;
+  }
+  // varlen: this sequence is shorter than the longest, and the block has no keys.
+  __device__ __forceinline__ bool empty() const { return key0 >= seq_kv.len_k; }
+  __device__ __forceinline__ void plan(const Problem& p) {
+    mask = p.mask;
+    mask.seqlen_q = seq_kv.len_q;
+    mask.seqlen_k = seq_kv.len_k;
+    int m_hi;
+    bwd::query_blocks<kBlockM, kBlockN>(mask, n_block, m_lo, m_hi);
+    steps_per_head = m_hi - m_lo;
+    group = p.group;
+    steps = steps_per_head * group;
+    batch_index = p.cu_seqlens_q != nullptr ? 0 : b;
+  }
+  // Step i's query head h and query block m.
+  __device__ __forceinline__ void step_at(int i, int& h, int& m) const {
+    const int gi = i / steps_per_head, j = i - gi * steps_per_head;
+    h = h_kv * group + gi;
+    m = m_lo + j;
+  }
+};
+
+// The block's setup: thread 0 initialises K and V's barrier and prefetches the TMA descriptors,
+// every thread builds the Q/dO pipeline (a stage is released by `consumers` arrivals), and the
+// block syncs.
+template <class C>
+__device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsBwd<C>& params,
+                                                                   typename C::SharedStorage& ss,
+                                                                   int consumers) {
+  using PipelineQ = typename C::Tma::PipelineQ;
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(&ss.sync.kv_full, 1);
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+  }
+  typename PipelineQ::Params pq;
+  pq.role =
+      threadIdx.x / 128 == 0 ? PipelineQ::ThreadCategory::Producer
+                             : PipelineQ::ThreadCategory::Consumer;
+  pq.is_leader = threadIdx.x == 0;
+  pq.num_consumers = consumers;
+  pq.transaction_bytes = 2 * C::Tma::kBytesQ;  // Q and dO
+  PipelineQ pipe(ss.sync.pipeline_q, pq, Shape<_1, _1, _1>{});
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+  return pipe;
+}
+
+// The producer warpgroup: gives up its registers, and its thread 0 loads K and V of key block
+// n_block once, then Q and dO of every step into the two-stage ring (one transaction barrier per
+// stage). Shared by both kernels.
+template <class C>
+__device__ __forceinline__ void bwd_producer(const ParamsBwd<C>& params,
+                                             typename C::SharedStorage& ss,
+                                             typename C::Tma::PipelineQ& pipe,
+                                             const BwdWalk<C::kBlockM, C::kBlockN>& wk) {
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
+  cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
+  if (threadIdx.x != 0 || wk.steps == 0) return;
+  const SequenceView& seq_kv = wk.seq_kv;
+  const int h_kv = wk.h_kv, batch_index = wk.batch_index;
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
@@ -104,24 +177,24 @@ __device__ __forceinline__ void bwd_produce(const ParamsBwd<C>& params,
   Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
   Tensor gK =
       local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mK(_, _, h_kv, batch_index)),
-                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
+                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(wk.n_block, _0{}));
   Tensor gV =
       local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mV(_, _, h_kv, batch_index)),
-                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(n_block, _0{}));
-  auto [k_src, k_dst] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-  auto [v_src, v_dst] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
-  Barrier::arrive_and_expect_tx(&ss.kv_full, 2 * C::kBytesK);
-  copy(params.tma_k.with(ss.kv_full), k_src, k_dst);
-  copy(params.tma_v.with(ss.kv_full), v_src, v_dst);
+                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(wk.n_block, _0{}));
+  auto [k_src, k_dst] =
+      tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto [v_src, v_dst] =
+      tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+  Barrier::arrive_and_expect_tx(&ss.sync.kv_full, 2 * C::Tma::kBytesK);
+  copy(params.tma_k.with(ss.sync.kv_full), k_src, k_dst);
+  copy(params.tma_v.with(ss.sync.kv_full), v_src, v_dst);
 
   Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
   Tensor mdO = params.tma_do.get_tma_tensor(params.shape_do);
-  auto state = cutlass::make_producer_start_state<typename C::PipelineQ>();
-  for (int i = 0; i < steps; ++i, ++state) {
+  auto state = cutlass::make_producer_start_state<typename C::Tma::PipelineQ>();
+  for (int i = 0; i < wk.steps; ++i, ++state) {
     int h, m;
-    step_at(i, h, m);
+    wk.step_at(i, h, m);
     const int row = seq_kv.token_q + m * kBlockM;
     Tensor gQ = local_tile(domain_offset(make_coord(row, _0{}), mQ(_, _, h, batch_index)),
                            Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
@@ -129,8 +202,8 @@ __device__ __forceinline__ void bwd_produce(const ParamsBwd<C>& params,
                             Shape<Int<kBlockM>, Int<kD>>{}, make_coord(_0{}, _0{}));
     auto [q_src, q_dst] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                         group_modes<0, 2>(gQ));
-    auto [do_src, do_dst] = tma_partition(params.tma_do, _0{}, Layout<_1>{},
-                                          group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    auto [do_src, do_dst] = tma_partition(params.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                          group_modes<0, 2>(gdO));
     pipe.producer_acquire(state);
     auto* full = pipe.producer_get_barrier(state);
     copy(params.tma_q.with(*full), q_src, q_dst(_, state.index()));
@@ -230,12 +303,12 @@ __device__ __forceinline__ void acquire_turn(const ParamsBwd<C>& params,
   const Problem& p = params.bp.fwd;
   int* sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + b) * params.ws.m_blocks +
              m * (C::kBlockM / bwd::kMinBlockM) + wg;
-  const int turn = ss.dq_next_turn[wg];
+  const int turn = ss.sync.dq_next_turn[wg];
   while (bwd::load_acquire(sem) != turn) {
   }
   fence_proxy_async_global();
-  ss.dq_sem[wg] = sem;
-  ss.dq_turn[wg] = turn;
+  ss.sync.dq_sem[wg] = sem;
+  ss.sync.dq_turn[wg] = turn;
 }
 
 // Grid (key blocks, heads_kv, batch).
@@ -244,7 +317,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     bwd_kernel(const __grid_constant__ ParamsBwd<C> params) {
   using Element = typename C::Element;
   using SharedStorage = typename C::SharedStorage;
-  using PipelineQ = typename C::PipelineQ;
+  using PipelineQ = typename C::Tma::PipelineQ;
   using PipelineState = cutlass::PipelineState<C::kStages>;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
@@ -255,49 +328,12 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   const Problem& p = bp.fwd;
 
   // Deterministic mode dispatches the key blocks last first (see the top).
-  const int n_block = bp.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int h_kv = blockIdx.y, b = blockIdx.z;
-  const SequenceView seq_kv = sequence_view(p, b, h_kv * p.group, h_kv);
-  const int key0 = n_block * kBlockN;
-  if (key0 >= seq_kv.len_k) return;  // varlen: this sequence is shorter than the longest
-  Mask mask = p.mask;
-  mask.seqlen_q = seq_kv.len_q;
-  mask.seqlen_k = seq_kv.len_k;
-  int m_lo, m_hi;
-  bwd::query_blocks<kBlockM, kBlockN>(mask, n_block, m_lo, m_hi);
-  // Every head of the group walks the same query blocks (one sequence).
-  const int steps_per_head = m_hi - m_lo;
-  const int steps = steps_per_head * p.group;
-  const int batch_index = p.cu_seqlens_q != nullptr ? 0 : b;
-  // Step i's query head and block; deterministic mode walks the blocks down (see the top).
-  auto step_at = [&](int i, int& h, int& m) {
-    const int gi = i / steps_per_head, j = i - gi * steps_per_head;
-    h = h_kv * p.group + gi;
-    m = m_lo + j;
-  };
-
-  const int warp_group = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    Barrier::init(&ss.kv_full, 1);
-    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-  }
-  typename PipelineQ::Params pq;
-  pq.role =
-      warp_group == 0 ? PipelineQ::ThreadCategory::Producer : PipelineQ::ThreadCategory::Consumer;
-  pq.is_leader = threadIdx.x == 0;
-  pq.num_consumers = C::kMmaThreads;
-  pq.transaction_bytes = 2 * C::kBytesQ;  // Q and dO
-  PipelineQ pipe(ss.pipeline_q, pq, Shape<_1, _1, _1>{});
-  cutlass::arch::fence_barrier_init();
-  __syncthreads();
-
-  if (warp_group == 0) {  // producer
-    cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
-    if (threadIdx.x != 0 || steps == 0) return;
-    bwd_produce<C>(params, ss, pipe, seq_kv, n_block, h_kv, batch_index, steps, step_at);
+  BwdWalk<kBlockM, kBlockN> wk(p, bp.deterministic);
+  if (wk.empty()) return;
+  wk.plan(p);
+  PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kMmaThreads);
+  if (threadIdx.x / 128 == 0) {  // the producer warpgroup
+    bwd_producer<C>(params, ss, pipe, wk);
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
@@ -307,7 +343,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
   const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
-  const int key_wg = key0 + wg * kKeysWG;  // this warpgroup's first key
+  const int key_wg = wk.key0 + wg * kKeysWG;  // this warpgroup's first key
   typename C::TiledMmaSdP mma_sdp;
   typename C::TiledMmaDkv mma_dkv;
   typename C::TiledMmaDq mma_dq;
@@ -346,23 +382,24 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   clear(tdVrdV);
   clear(tdKrdK);
 
-  const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(seq_kv.token_q)
-                                                     : static_cast<int64_t>(b) * p.seqlen_q;
+  const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
+                                                     : static_cast<int64_t>(wk.b) * p.seqlen_q;
   // Deterministic: the semaphore and turn of the last reduce-add, passed on once it completed
   // (at the next step's dQ, or after the walk), so that its latency is not waited for in line.
-  if (wtid == 0) ss.dq_sem[wg] = nullptr;
+  if (wtid == 0) ss.sync.dq_sem[wg] = nullptr;
   PipelineState state;
-  if (steps > 0) Barrier::wait(&ss.kv_full, 0);
-  for (int i = 0; i < steps; ++i, ++state) {
+  if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, 0);
+  for (int i = 0; i < wk.steps; ++i, ++state) {
     int h, m;
-    step_at(i, h, m);
+    wk.step_at(i, h, m);
     if (bp.deterministic && wtid == 0) {  // here, where few registers are live
-      ss.dq_next_turn[wg] = bwd::add_order_descending<kBlockM, kBlockN>(mask, n_block, m);
+      ss.sync.dq_next_turn[wg] =
+          bwd::add_order_descending<kBlockM, kBlockN>(wk.mask, wk.n_block, m);
     }
     const int row0 = m * kBlockM;
     const int64_t ws_row0 = static_cast<int64_t>(h) * params.ws.rows + row_base + row0;
     float lse[2], dsum[2];
-    load_lse_dsum(params.ws, coords, ws_row0, row0, seq_kv.len_q, lse, dsum);
+    load_lse_dsum(params.ws, coords, ws_row0, row0, wk.seq_kv.len_q, lse, dsum);
     pipe.consumer_wait(state);
     const int st = state.index();
 
@@ -375,7 +412,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     warpgroup_fence_operand(tdPrdP);
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    probabilities<kKeysWG>(s, dp, coords, p, mask, seq_kv, row0, key_wg, lse, dsum);
+    probabilities<kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
     // P_w is read only by this warpgroup's dV GEMM, which the last step waited for.
     store_pairs<Element>(tSrS, tPsP);
     cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma
@@ -385,7 +422,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
     for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D), dV running
     // dS into this step's buffer: the other warpgroup read the other buffer last step, and
-    // this one two steps ago (behind the last kBwdDsReady).
+    // this one two wk.steps ago (behind the last kBwdDsReady).
     Element* ds_buf = ss.ds.data() + (i & 1) * kBlockM * kBlockN;
     Element* ds_wg = ds_buf + wg * kBlockM * kKeysWG;
     store_pairs<Element>(tdPrdP, thr_sdp.partition_C(make_tensor(make_smem_ptr(ds_wg),
@@ -408,7 +445,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // tensor they are clipped).
     if (wtid == 0) {
       tma_store_wait<0>();  // the previous reduce-add has read the buffer
-      release_turn(ss.dq_sem[wg], ss.dq_turn[wg]);
+      release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
     }
     named_barrier_sync(kBwdDqWG0 + wg, 128);
 #pragma unroll
@@ -417,10 +454,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     named_barrier_sync(kBwdDqWG0 + wg, 128);
     if (wtid == 0) {
       // Deterministic: this key block's turn at the tile (see the top).
-      if (bp.deterministic) acquire_turn<C>(params, ss, h, b, m, wg);
+      if (bp.deterministic) acquire_turn<C>(params, ss, h, wk.b, m, wg);
       Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
       Tensor gdQ = local_tile(
-          domain_offset(make_coord(seq_kv.token_q + row0, _0{}), mdQ(_, _, h, batch_index)),
+          domain_offset(make_coord(wk.seq_kv.token_q + row0, _0{}), mdQ(_, _, h, wk.batch_index)),
           Shape<_64, Int<C::kDqN>>{}, make_coord(_0{}, wg));
       auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
                                             group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
@@ -430,10 +467,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   }
   if (wtid == 0) {
     tma_store_wait<0>();  // shared memory stays until the last reduce-add read it
-    release_turn(ss.dq_sem[wg], ss.dq_turn[wg]);
+    release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
   }
 
-  store_dk_dv<kKeysWG, kD, Element>(bp, seq_kv, b, h_kv, key_wg, 0, thr_dkv, tdKrdK, tdVrdV);
+  store_dk_dv<kKeysWG, kD, Element>(bp, wk.seq_kv, wk.b, wk.h_kv, key_wg, 0, thr_dkv, tdKrdK,
+                                    tdVrdV);
 }
 
 }  // namespace flashattn::fa3

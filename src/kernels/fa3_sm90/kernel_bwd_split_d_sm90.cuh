@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     bwd_kernel_split_d(const __grid_constant__ ParamsBwd<C> params) {
   using Element = typename C::Element;
   using SharedStorage = typename C::SharedStorage;
-  using PipelineQ = typename C::PipelineQ;
+  using PipelineQ = typename C::Tma::PipelineQ;
   using PipelineState = cutlass::PipelineState<C::kStages>;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
@@ -44,55 +44,20 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   const BackwardProblem& bp = params.bp;
   const Problem& p = bp.fwd;
 
-  const int n_block = bp.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int h_kv = blockIdx.y, b = blockIdx.z;
-  const SequenceView seq_kv = sequence_view(p, b, h_kv * p.group, h_kv);
-  const int key0 = n_block * kBlockN;
-  if (key0 >= seq_kv.len_k) return;
-  Mask mask = p.mask;
-  mask.seqlen_q = seq_kv.len_q;
-  mask.seqlen_k = seq_kv.len_k;
-  int m_lo, m_hi;
-  bwd::query_blocks<kBlockM, kBlockN>(mask, n_block, m_lo, m_hi);
-  const int steps_per_head = m_hi - m_lo;
-  const int steps = steps_per_head * p.group;
-  const int batch_index = p.cu_seqlens_q != nullptr ? 0 : b;
-  auto step_at = [&](int i, int& h, int& m) {
-    const int gi = i / steps_per_head, j = i - gi * steps_per_head;
-    h = h_kv * p.group + gi;
-    m = m_lo + j;
-  };
-
-  const int warp_group = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    Barrier::init(&ss.kv_full, 1);
-    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-  }
-  typename PipelineQ::Params pq;
-  pq.role =
-      warp_group == 0 ? PipelineQ::ThreadCategory::Producer : PipelineQ::ThreadCategory::Consumer;
-  pq.is_leader = threadIdx.x == 0;
-  // One arrival per MMA warpgroup, from its first thread, once its reduce-adds have read the
-  // stage (see the top).
-  pq.num_consumers = C::kMmaWarpGroups;
-  pq.transaction_bytes = 2 * C::kBytesQ;
-  PipelineQ pipe(ss.pipeline_q, pq, Shape<_1, _1, _1>{});
-  cutlass::arch::fence_barrier_init();
-  __syncthreads();
-
-  if (warp_group == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
-    if (threadIdx.x != 0 || steps == 0) return;
-    bwd_produce<C>(params, ss, pipe, seq_kv, n_block, h_kv, batch_index, steps, step_at);
+  BwdWalk<kBlockM, kBlockN> wk(p, bp.deterministic);
+  if (wk.empty()) return;
+  wk.plan(p);
+  // One arrival per MMA warpgroup releases a stage, from its first thread once its reduce-adds
+  // have read it (see the top).
+  PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kMmaWarpGroups);
+  if (threadIdx.x / 128 == 0) {  // the producer warpgroup
+    bwd_producer<C>(params, ss, pipe, wk);
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
 
   const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
-  const int key_wg = key0 + wg * kKeysWG;  // this warpgroup's first key of S and dP
+  const int key_wg = wk.key0 + wg * kKeysWG;  // this warpgroup's first key of S and dP
   typename C::TiledMmaSdP mma_sdp;
   typename C::TiledMmaDkv mma_dkv;
   typename C::TiledMmaDq mma_dq;
@@ -123,21 +88,22 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   clear(tdVrdV);
   clear(tdKrdK);
 
-  const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(seq_kv.token_q)
-                                                     : static_cast<int64_t>(b) * p.seqlen_q;
-  if (wtid == 0) ss.dq_sem[wg] = nullptr;
+  const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
+                                                     : static_cast<int64_t>(wk.b) * p.seqlen_q;
+  if (wtid == 0) ss.sync.dq_sem[wg] = nullptr;
   PipelineState state, last;
-  if (steps > 0) Barrier::wait(&ss.kv_full, 0);
-  for (int i = 0; i < steps; ++i, ++state) {
+  if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, 0);
+  for (int i = 0; i < wk.steps; ++i, ++state) {
     int h, m;
-    step_at(i, h, m);
+    wk.step_at(i, h, m);
     if (bp.deterministic && wtid == 0) {
-      ss.dq_next_turn[wg] = bwd::add_order_descending<kBlockM, kBlockN>(mask, n_block, m);
+      ss.sync.dq_next_turn[wg] =
+          bwd::add_order_descending<kBlockM, kBlockN>(wk.mask, wk.n_block, m);
     }
     const int row0 = m * kBlockM;
     const int64_t ws_row0 = static_cast<int64_t>(h) * params.ws.rows + row_base + row0;
     float lse[2], dsum[2];
-    load_lse_dsum(params.ws, coords, ws_row0, row0, seq_kv.len_q, lse, dsum);
+    load_lse_dsum(params.ws, coords, ws_row0, row0, wk.seq_kv.len_q, lse, dsum);
     pipe.consumer_wait(state);
     const int st = state.index();
 
@@ -154,30 +120,30 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     warpgroup_fence_operand(tdPrdP);
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    probabilities<kKeysWG>(s, dp, coords, p, mask, seq_kv, row0, key_wg, lse, dsum);
+    probabilities<kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
     // P and dS of this step's parity: both warpgroups read the other parity's last step, and
     // each waited for all its GEMMs before this step's first barrier.
     Element* p_buf = ss.p.data() + (i & 1) * cosize_v<typename C::SmemLayoutP>;
     Element* ds_buf = ss.ds.data() + (i & 1) * cosize_v<typename C::SmemLayoutP>;
     Tensor sP = make_tensor(make_smem_ptr(p_buf), typename C::SmemLayoutP{});
     Tensor sdS = make_tensor(make_smem_ptr(ds_buf), typename C::SmemLayoutP{});
-    store_pairs<Element>(tSrS, thr_sdp.partition_C(local_tile(
-                                   sP, Shape<_64, Int<kKeysWG>>{}, make_coord(_0{}, wg))));
+    store_pairs<Element>(tSrS, thr_sdp.partition_C(local_tile(sP, Shape<_64, Int<kKeysWG>>{},
+                                                              make_coord(_0{}, wg))));
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kSplitPReady, C::kMmaThreads);
     // This warpgroup's columns of this stage's Q and dO.
     Element* q_half = ss.q.data() + st * C::kStageElems + wg * C::kHalfElems;
     Element* do_half = ss.dout.data() + st * C::kStageElems + wg * C::kHalfElems;
-    Tensor tdVrPt = thr_dkv.partition_fragment_A(
-        make_tensor(make_smem_ptr(p_buf), typename C::SmemLayoutPt{}));
+    Tensor tdVrPt =
+        thr_dkv.partition_fragment_A(make_tensor(make_smem_ptr(p_buf), typename C::SmemLayoutPt{}));
     Tensor tdVrdOt = thr_dkv.partition_fragment_B(
         make_tensor(make_smem_ptr(do_half), typename C::SmemLayoutHalfT{}));
     wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);  // under dS's math
 
 #pragma unroll
     for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D)
-    store_pairs<Element>(tdPrdP, thr_sdp.partition_C(local_tile(
-                                     sdS, Shape<_64, Int<kKeysWG>>{}, make_coord(_0{}, wg))));
+    store_pairs<Element>(tdPrdP, thr_sdp.partition_C(local_tile(sdS, Shape<_64, Int<kKeysWG>>{},
+                                                                make_coord(_0{}, wg))));
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kSplitDsReady, C::kMmaThreads);
 
@@ -196,11 +162,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
     // dQ_w's two boxes: fp32 over this warpgroup's (now read) columns of Q and of dO, then the
     // reduce-adds (rows past the sequence add zeros; past the tensor they are clipped).
-    if (wtid == 0) release_turn(ss.dq_sem[wg], ss.dq_turn[wg]);
-    Tensor sdQ0 = make_tensor(make_smem_ptr(reinterpret_cast<float*>(q_half)),
-                              typename C::SmemLayoutDq{});
-    Tensor sdQ1 = make_tensor(make_smem_ptr(reinterpret_cast<float*>(do_half)),
-                              typename C::SmemLayoutDq{});
+    if (wtid == 0) release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
+    Tensor sdQ0 =
+        make_tensor(make_smem_ptr(reinterpret_cast<float*>(q_half)), typename C::SmemLayoutDq{});
+    Tensor sdQ1 =
+        make_tensor(make_smem_ptr(reinterpret_cast<float*>(do_half)), typename C::SmemLayoutDq{});
     Tensor tdQsdQ0 = thr_dq.partition_C(sdQ0);
     Tensor tdQsdQ1 = thr_dq.partition_C(sdQ1);
 #pragma unroll
@@ -211,13 +177,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     tma_store_fence();
     named_barrier_sync(kSplitDqWG0 + wg, 128);
     if (wtid == 0) {
-      if (bp.deterministic) acquire_turn<C>(params, ss, h, b, m, wg);
+      if (bp.deterministic) acquire_turn<C>(params, ss, h, wk.b, m, wg);
       Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
       Tensor gdQ = local_tile(
-          domain_offset(make_coord(seq_kv.token_q + row0, _0{}), mdQ(_, _, h, batch_index)),
+          domain_offset(make_coord(wk.seq_kv.token_q + row0, _0{}), mdQ(_, _, h, wk.batch_index)),
           Shape<_64, Int<kDqBox>>{}, make_coord(_0{}, _));
-      auto [dst0, src0] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
-                                        group_modes<0, 2>(sdQ0), group_modes<0, 2>(gdQ(_, _, 2 * wg)));
+      auto [dst0, src0] = tma_partition(params.tma_dq, _0{}, Layout<_1>{}, group_modes<0, 2>(sdQ0),
+                                        group_modes<0, 2>(gdQ(_, _, 2 * wg)));
       auto [dst1, src1] = tma_partition(params.tma_dq, _0{}, Layout<_1>{}, group_modes<0, 2>(sdQ1),
                                         group_modes<0, 2>(gdQ(_, _, 2 * wg + 1)));
       copy(params.tma_dq, src0, dst0);
@@ -228,10 +194,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   }
   if (wtid == 0) {
     tma_store_wait<0>();
-    release_turn(ss.dq_sem[wg], ss.dq_turn[wg]);
+    release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
   }
-  store_dk_dv<kBlockN, kColsWG, Element>(bp, seq_kv, b, h_kv, key0, wg * kColsWG, thr_dkv,
-                                         tdKrdK, tdVrdV);
+  store_dk_dv<kBlockN, kColsWG, Element>(bp, wk.seq_kv, wk.b, wk.h_kv, wk.key0, wg * kColsWG,
+                                         thr_dkv, tdKrdK, tdVrdV);
 }
 
 }  // namespace flashattn::fa3

@@ -48,15 +48,15 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
                         make_stride(used(tokens_q, dq_stride[1]), _1{},
                                     used(p.heads_q, dq_stride[2]), used(batch, dq_stride[0])));
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, take<0, 2>(typename C::SmemLayoutQ{}),
-                               typename C::TileQ{}, _1{});
+                               typename C::Tma::TileQ{}, _1{});
   params.tma_do = make_tma_copy(SM90_TMA_LOAD{}, dout, take<0, 2>(typename C::SmemLayoutQ{}),
-                                typename C::TileQ{}, _1{});
+                                typename C::Tma::TileQ{}, _1{});
   params.tma_k =
-      make_tma_copy(SM90_TMA_LOAD{}, k, typename C::SmemLayoutK{}, typename C::TileK{}, _1{});
+      make_tma_copy(SM90_TMA_LOAD{}, k, typename C::SmemLayoutK{}, typename C::Tma::TileK{}, _1{});
   params.tma_v =
-      make_tma_copy(SM90_TMA_LOAD{}, v, typename C::SmemLayoutK{}, typename C::TileK{}, _1{});
+      make_tma_copy(SM90_TMA_LOAD{}, v, typename C::SmemLayoutK{}, typename C::Tma::TileK{}, _1{});
   params.tma_dq = make_tma_copy(SM90_TMA_REDUCE_ADD{}, dq, typename C::SmemLayoutDq{},
-                                typename C::TileDq{}, _1{});
+                                typename C::Tma::TileDq{}, _1{});
   params.shape_q = q.shape();
   params.shape_do = dout.shape();
   params.shape_k = k.shape();
@@ -65,8 +65,10 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
 
   if (Status s = check_smem_optin("k6 backward", C::kSmemBytes, kHeadDim); !s.ok()) return s;
   const auto kernel = [] {
-    if constexpr (C::kSplitD) return bwd_kernel_split_d<C>;
-    else return bwd_kernel<C>;
+    if constexpr (C::kSplitD)
+      return bwd_kernel_split_d<C>;
+    else
+      return bwd_kernel<C>;
   }();
   FA_CUDA_TRY(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));

@@ -13,9 +13,9 @@ template <class C>
 struct ParamsBwd {
   BackwardProblem bp;
   bwd::Workspace ws;
-  typename C::TmaQ tma_q, tma_do;  // (rows, dim) boxes of q and dout
-  typename C::TmaK tma_k, tma_v;   // (keys, dim) boxes
-  typename C::TmaDq tma_dq;        // (rows, dim / warpgroups or dim) reduce-add boxes
+  typename C::Tma::Q tma_q, tma_do;  // (rows, dim) boxes of q and dout
+  typename C::Tma::K tma_k, tma_v;   // (keys, dim) boxes
+  typename C::Tma::Dq tma_dq;        // (rows, dim / warpgroups or dim) reduce-add boxes
   GmemShape shape_q, shape_do, shape_k, shape_v, shape_dq;  // (tokens, dim, heads, batch)
 };
 
