@@ -30,6 +30,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include <cmath>
+#include <type_traits>
 #include <cute/tensor.hpp>
 
 #include "common/convert.cuh"
@@ -58,14 +59,54 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
          (static_cast<uint32_t>(Element(hi).raw()) << 16);
 }
 
+// The 32-bit shared-memory address of element e of a (partitioned) shared-memory tensor, for
+// st.shared. Through a C++ pointer the swizzle is an XOR on the 64-bit generic address, after
+// which the compiler no longer knows the space: it emitted generic 64-bit stores (ST.E) and
+// their 64-bit address arithmetic. The swizzle acts on address bits 4-9 only, which the generic
+// address shares with the shared-window one (the window is aligned far beyond), so it is applied
+// to the 32-bit address instead; e is a compile-time index in the unrolled loops below, so the
+// unswizzled offset folds to a constant.
+template <class SmemTensor>
+__device__ __forceinline__ uint32_t smem_address(const SmemTensor& t, int e) {
+  using Iterator = std::remove_cv_t<std::remove_reference_t<decltype(t.data())>>;
+  using Swizzle = typename get_swizzle<Iterator>::type;
+  const auto* raw = raw_pointer_cast(t.data().get() + t.layout()(e));
+  return static_cast<uint32_t>(Swizzle::apply(cast_smem_ptr_to_uint(raw)));
+}
+
 // An fp32 accumulator fragment rounded into its place in a 16-bit shared-memory tile, two
 // neighbouring columns (one 32-bit store) at a time: the accumulator's elements 2k and 2k + 1
 // are columns 2t and 2t + 1 of one row, adjacent in the tile's rows.
-template <class Element, class Frag, class Smem>
+// kShared (the config's kSharedStores): st.shared through smem_address, else a C++ store.
+template <class Element, bool kShared, class Frag, class Smem>
 __device__ __forceinline__ void store_pairs(const Frag& acc, Smem&& smem) {
 #pragma unroll
   for (int e = 0; e < size(acc); e += 2) {
-    *reinterpret_cast<uint32_t*>(&smem(e)) = pack_pair<Element>(acc(e), acc(e + 1));
+    if constexpr (kShared) {
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_address(smem, e)),
+                   "r"(pack_pair<Element>(acc(e), acc(e + 1)))
+                   : "memory");
+    } else {
+      *reinterpret_cast<uint32_t*>(&smem(e)) = pack_pair<Element>(acc(e), acc(e + 1));
+    }
+  }
+}
+
+// An fp32 accumulator fragment copied into an fp32 shared-memory tile (dQ's staging): with
+// kShared two neighbouring columns (8 bytes, within one 16-byte swizzle chunk) per st.shared,
+// else one C++ store per element.
+template <bool kShared, class Frag, class Smem>
+__device__ __forceinline__ void store_f32_pairs(const Frag& acc, Smem&& smem) {
+#pragma unroll
+  for (int e = 0; e < size(acc); e += 2) {
+    if constexpr (kShared) {
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_address(smem, e)), "f"(acc(e)),
+                   "f"(acc(e + 1))
+                   : "memory");
+    } else {
+      smem(e) = acc(e);
+      smem(e + 1) = acc(e + 1);
+    }
   }
 }
 
@@ -143,9 +184,8 @@ __device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsB
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
   }
   typename PipelineQ::Params pq;
-  pq.role =
-      threadIdx.x / 128 == 0 ? PipelineQ::ThreadCategory::Producer
-                             : PipelineQ::ThreadCategory::Consumer;
+  pq.role = threadIdx.x / 128 == 0 ? PipelineQ::ThreadCategory::Producer
+                                   : PipelineQ::ThreadCategory::Consumer;
   pq.is_leader = threadIdx.x == 0;
   pq.num_consumers = consumers;
   pq.transaction_bytes = 2 * C::Tma::kBytesQ;  // Q and dO
@@ -414,7 +454,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     Tensor dp = rowcol(tdPrdP);
     probabilities<kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
     // P_w is read only by this warpgroup's dV GEMM, which the last step waited for.
-    store_pairs<Element>(tSrS, tPsP);
+    store_pairs<Element, C::kSharedStores>(tSrS, tPsP);
     cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma
     named_barrier_sync(kBwdPWG0 + wg, 128);
     wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt(_, _, _, st), tdVrdV);  // under dS's math
@@ -425,8 +465,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // this one two wk.steps ago (behind the last kBwdDsReady).
     Element* ds_buf = ss.ds.data() + (i & 1) * kBlockM * kBlockN;
     Element* ds_wg = ds_buf + wg * kBlockM * kKeysWG;
-    store_pairs<Element>(tdPrdP, thr_sdp.partition_C(make_tensor(make_smem_ptr(ds_wg),
-                                                                 typename C::SmemLayoutPWG{})));
+    store_pairs<Element, C::kSharedStores>(
+        tdPrdP,
+        thr_sdp.partition_C(make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWG{})));
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kBwdDsReady, C::kMmaThreads);
 
@@ -448,8 +489,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
     }
     named_barrier_sync(kBwdDqWG0 + wg, 128);
-#pragma unroll
-    for (int e = 0; e < size(tdQrdQ); ++e) tdQsdQ(e) = tdQrdQ(e);
+    store_f32_pairs<C::kSharedStores>(tdQrdQ, tdQsdQ);
     tma_store_fence();  // the writes, visible to the TMA unit
     named_barrier_sync(kBwdDqWG0 + wg, 128);
     if (wtid == 0) {

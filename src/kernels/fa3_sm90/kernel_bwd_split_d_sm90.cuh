@@ -127,8 +127,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     Element* ds_buf = ss.ds.data() + (i & 1) * cosize_v<typename C::SmemLayoutP>;
     Tensor sP = make_tensor(make_smem_ptr(p_buf), typename C::SmemLayoutP{});
     Tensor sdS = make_tensor(make_smem_ptr(ds_buf), typename C::SmemLayoutP{});
-    store_pairs<Element>(tSrS, thr_sdp.partition_C(local_tile(sP, Shape<_64, Int<kKeysWG>>{},
-                                                              make_coord(_0{}, wg))));
+    store_pairs<Element, C::kSharedStores>(
+        tSrS,
+        thr_sdp.partition_C(local_tile(sP, Shape<_64, Int<kKeysWG>>{}, make_coord(_0{}, wg))));
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kSplitPReady, C::kMmaThreads);
     // This warpgroup's columns of this stage's Q and dO.
@@ -142,8 +143,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
 #pragma unroll
     for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D)
-    store_pairs<Element>(tdPrdP, thr_sdp.partition_C(local_tile(sdS, Shape<_64, Int<kKeysWG>>{},
-                                                                make_coord(_0{}, wg))));
+    store_pairs<Element, C::kSharedStores>(
+        tdPrdP,
+        thr_sdp.partition_C(local_tile(sdS, Shape<_64, Int<kKeysWG>>{}, make_coord(_0{}, wg))));
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kSplitDsReady, C::kMmaThreads);
 
@@ -169,11 +171,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         make_tensor(make_smem_ptr(reinterpret_cast<float*>(do_half)), typename C::SmemLayoutDq{});
     Tensor tdQsdQ0 = thr_dq.partition_C(sdQ0);
     Tensor tdQsdQ1 = thr_dq.partition_C(sdQ1);
-#pragma unroll
-    for (int e = 0; e < size(tdQrdQ0); ++e) {
-      tdQsdQ0(e) = tdQrdQ0(e);
-      tdQsdQ1(e) = tdQrdQ1(e);
-    }
+    store_f32_pairs<C::kSharedStores>(tdQrdQ0, tdQsdQ0);
+    store_f32_pairs<C::kSharedStores>(tdQrdQ1, tdQsdQ1);
     tma_store_fence();
     named_barrier_sync(kSplitDqWG0 + wg, 128);
     if (wtid == 0) {
