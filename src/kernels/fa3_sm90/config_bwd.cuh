@@ -73,6 +73,7 @@ struct ConfigBwd {
   static constexpr int kMmaWarpGroups = 2;
   static constexpr int kMmaThreads = 128 * kMmaWarpGroups;
   static constexpr int kThreads = 128 + kMmaThreads;        // producer warpgroup first
+  static constexpr int kStageReleasers = kMmaThreads;       // arrivals that free a Q/dO stage
   static constexpr int kKeysWG = kBlockN / kMmaWarpGroups;  // 64
   // setmaxnreg moves registers within what the launch gave the block (168 per thread at 384
   // threads: 64512), so producer x 128 + consumers x 256 must stay within it: 24 + 2 x 240 is
@@ -169,6 +170,9 @@ struct ConfigBwdSplitD {
   static constexpr int kMmaWarpGroups = 2;
   static constexpr int kMmaThreads = 128 * kMmaWarpGroups;
   static constexpr int kThreads = 128 + kMmaThreads;
+  // One arrival per MMA warpgroup frees a Q/dO stage, from its first thread once its reduce-adds
+  // have read the dQ staged there (kernel_bwd_split_d_sm90.cuh).
+  static constexpr int kStageReleasers = kMmaWarpGroups;
   static constexpr int kKeysWG = kBlockN / kMmaWarpGroups;   // 32: S and dP
   static constexpr int kColsWG = kHeadDim / kMmaWarpGroups;  // 128: dV, dK, dQ
   static constexpr int kDqBox = 64;                          // columns per reduce-add box

@@ -1,7 +1,8 @@
 // The Hopper backward's main kernel (the shared stages, kernels/bwd_stages, run before and
-// after it). One block of three warpgroups owns kBlockN = 128 keys of one KV head of one
-// sequence and walks every query block (64 rows) of every query head of its group that sees one
-// of its keys:
+// after it): bwd_kernel, the helpers both its configurations use, and the MMA warpgroups of
+// d 64/128 (bwd_mainloop; d 256's are kernel_bwd_split_d_sm90.cuh). One block of three warpgroups
+// owns kBlockN = 128 keys of one KV head of one sequence and walks every query block (64 rows) of
+// every query head of its group that sees one of its keys:
 //   warpgroup 0, the producer (24 registers): one thread loads K and V once, then streams Q and
 //       dO of each step into a two-stage ring (one transaction barrier per stage);
 //   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys, per step:
@@ -351,33 +352,19 @@ __device__ __forceinline__ void acquire_turn(const ParamsBwd<C>& params,
   ss.sync.dq_turn[wg] = turn;
 }
 
-// Grid (key blocks, heads_kv, batch).
+// The MMA warpgroups of the d 64/128 kernel (the top says what a step does).
 template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1)
-    bwd_kernel(const __grid_constant__ ParamsBwd<C> params) {
+__device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
+                                             typename C::SharedStorage& ss,
+                                             typename C::Tma::PipelineQ& pipe,
+                                             const BwdWalk<C::kBlockM, C::kBlockN>& wk) {
   using Element = typename C::Element;
-  using SharedStorage = typename C::SharedStorage;
-  using PipelineQ = typename C::Tma::PipelineQ;
   using PipelineState = cutlass::PipelineState<C::kStages>;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
   constexpr int kKeysWG = C::kKeysWG;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
   const BackwardProblem& bp = params.bp;
   const Problem& p = bp.fwd;
-
-  // Deterministic mode dispatches the key blocks last first (see the top).
-  BwdWalk<kBlockM, kBlockN> wk(p, bp.deterministic);
-  if (wk.empty()) return;
-  wk.plan(p);
-  PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kMmaThreads);
-  if (threadIdx.x / 128 == 0) {  // the producer warpgroup
-    bwd_producer<C>(params, ss, pipe, wk);
-    return;
-  }
-  cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
-
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
@@ -512,6 +499,38 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   store_dk_dv<kKeysWG, kD, Element>(bp, wk.seq_kv, wk.b, wk.h_kv, key_wg, 0, thr_dkv, tdKrdK,
                                     tdVrdV);
+}
+
+// The split-D kernel's MMA warpgroups (kernel_bwd_split_d_sm90.cuh).
+template <class C>
+__device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
+                                                     typename C::SharedStorage& ss,
+                                                     typename C::Tma::PipelineQ& pipe,
+                                                     const BwdWalk<C::kBlockM, C::kBlockN>& wk);
+
+// The backward's main kernel, both configurations: grid (key blocks, heads_kv, batch); the
+// producer warpgroup, then the configuration's MMA warpgroups.
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    bwd_kernel(const __grid_constant__ ParamsBwd<C> params) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  typename C::SharedStorage& ss = *reinterpret_cast<typename C::SharedStorage*>(smem);
+  const BackwardProblem& bp = params.bp;
+  // Deterministic mode dispatches the key blocks last first (see the top).
+  BwdWalk<C::kBlockM, C::kBlockN> wk(bp.fwd, bp.deterministic);
+  if (wk.empty()) return;
+  wk.plan(bp.fwd);
+  typename C::Tma::PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kStageReleasers);
+  if (threadIdx.x / 128 == 0) {  // the producer warpgroup
+    bwd_producer<C>(params, ss, pipe, wk);
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
+  if constexpr (C::kSplitD) {
+    bwd_mainloop_split_d<C>(params, ss, pipe, wk);
+  } else {
+    bwd_mainloop<C>(params, ss, pipe, wk);
+  }
 }
 
 }  // namespace flashattn::fa3

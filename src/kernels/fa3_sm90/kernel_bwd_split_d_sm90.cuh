@@ -1,7 +1,8 @@
-// The Hopper backward's main kernel at head dim 256 (ConfigBwdSplitD, config_bwd.cuh says why the
-// split): one block of three warpgroups owns kBlockN = 64 keys of one KV head of one sequence and
-// walks every query block (64 rows) of every query head of its group that sees one of its keys.
-//   warpgroup 0, the producer: as bwd_kernel's (bwd_produce).
+// The MMA warpgroups of the Hopper backward's main kernel (bwd_kernel, kernel_bwd_sm90.cuh) at
+// head dim 256 (ConfigBwdSplitD, config_bwd.cuh says why the split): one block of three
+// warpgroups owns kBlockN = 64 keys of one KV head of one sequence and walks every query block
+// (64 rows) of every query head of its group that sees one of its keys.
+//   warpgroup 0, the producer: bwd_producer, as at d 64/128.
 //   warpgroups 1, 2 (w = 0, 1), per step:
 //       S_w = Q·K_wᵀ and dP_w = dO·V_wᵀ for keys [32w, 32w + 32); then the previous step's stage
 //           of Q and dO is handed back to the producer (its dQ boxes were staged there);
@@ -11,7 +12,7 @@
 //       dK_w += dSᵀ·Q_w and two boxes of dQ_w = dS·K_w (64 columns each) issued together;
 //       dQ_w → fp32 in this step's Q and dO columns [128w, 128w + 128) (only this warpgroup reads
 //           them, and its GEMMs on them have completed), then two TMA reduce-adds.
-// Deterministic mode as bwd_kernel's (kernel_bwd_sm90.cuh): one semaphore per (head, query block,
+// Deterministic mode as at d 64/128 (kernel_bwd_sm90.cuh): one semaphore per (head, query block,
 // warpgroup's columns), key blocks in descending order, the turn handed on a step later.
 // Why the stage is handed back a step later, after this step's S and dP are issued: its release
 // has to wait for the reduce-adds to have read the staging; by then they long have, and the
@@ -30,31 +31,17 @@ enum BwdSplitDBarrier : int {
 };
 
 template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1)
-    bwd_kernel_split_d(const __grid_constant__ ParamsBwd<C> params) {
+__device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
+                                                     typename C::SharedStorage& ss,
+                                                     typename C::Tma::PipelineQ& pipe,
+                                                     const BwdWalk<C::kBlockM, C::kBlockN>& wk) {
   using Element = typename C::Element;
-  using SharedStorage = typename C::SharedStorage;
-  using PipelineQ = typename C::Tma::PipelineQ;
   using PipelineState = cutlass::PipelineState<C::kStages>;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
   constexpr int kKeysWG = C::kKeysWG, kColsWG = C::kColsWG, kDqBox = C::kDqBox;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  SharedStorage& ss = *reinterpret_cast<SharedStorage*>(smem);
   const BackwardProblem& bp = params.bp;
   const Problem& p = bp.fwd;
-
-  BwdWalk<kBlockM, kBlockN> wk(p, bp.deterministic);
-  if (wk.empty()) return;
-  wk.plan(p);
-  // One arrival per MMA warpgroup releases a stage, from its first thread once its reduce-adds
-  // have read it (see the top).
-  PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kMmaWarpGroups);
-  if (threadIdx.x / 128 == 0) {  // the producer warpgroup
-    bwd_producer<C>(params, ss, pipe, wk);
-    return;
-  }
-  cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
 
   const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
   const int key_wg = wk.key0 + wg * kKeysWG;  // this warpgroup's first key of S and dP

@@ -64,12 +64,7 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
   params.shape_dq = dq.shape();
 
   if (Status s = check_smem_optin("k6 backward", C::kSmemBytes, kHeadDim); !s.ok()) return s;
-  const auto kernel = [] {
-    if constexpr (C::kSplitD)
-      return bwd_kernel_split_d<C>;
-    else
-      return bwd_kernel<C>;
-  }();
+  const auto kernel = bwd_kernel<C>;
   FA_CUDA_TRY(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(p.heads_kv),
