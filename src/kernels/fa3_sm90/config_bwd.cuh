@@ -43,6 +43,33 @@ struct BwdTma {
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
 };
 
+// The three tiled wgmma's of a backward step, from the GEMMs' shapes: S = Q·Kᵀ and dP = dO·Vᵀ on
+// (64 rows, kSdPKeys keys, d), both operands K-major; dV += Pᵀ·dO and dK += dSᵀ·Q on (kDkvKeys
+// keys, kDkvCols columns, 64 rows), both operands read M/N-major; dQ = dS·K on (64 rows, kDqCols
+// columns, kDqKeys keys), A K-major and B N-major.
+template <class Element, int kHeadDim, int kSdPKeys, int kDkvKeys, int kDkvCols, int kDqCols,
+          int kDqKeys>
+struct BwdMma {
+  using SdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kSdPKeys>, Int<kHeadDim>>>()));
+  using Dkv = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kDkvKeys>, Int<kDkvCols>, _64>,
+                           GMMA::Major::MN, GMMA::Major::MN>()));
+  using Dq = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kDqKeys>>,
+                           GMMA::Major::K, GMMA::Major::MN>()));
+};
+
+// The tiles every backward configuration keeps in shared memory first: Q and dO (LayoutQ, all
+// stages), K and V (LayoutK).
+template <class Element, class LayoutQ, class LayoutK>
+struct BwdInputTiles {
+  alignas(1024) cute::array_aligned<Element, cosize_v<LayoutQ>> q;
+  alignas(1024) cute::array_aligned<Element, cosize_v<LayoutQ>> dout;
+  alignas(1024) cute::array_aligned<Element, cosize_v<LayoutK>> k;
+  alignas(1024) cute::array_aligned<Element, cosize_v<LayoutK>> v;
+};
+
 // The synchronisation part of a backward kernel's shared memory, after its tiles.
 template <class PipelineQ, int kMmaWarpGroups>
 struct BwdSync {
@@ -117,25 +144,13 @@ struct ConfigBwd {
   using SmemLayoutDq =
       decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kDqN>>{}));
 
-  // S = Q·K_wᵀ and dP = dO·V_wᵀ: (64 rows, 64 keys, d), both operands K-major.
-  using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kKeysWG>, Int<kHeadDim>>>()));
-  // dV += P_wᵀ·dO and dK += dS_wᵀ·Q: (64 keys, d, 64 rows), both operands M/N-major.
-  using TiledMmaDkv = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kKeysWG>, Int<kHeadDim>, _64>,
-                           GMMA::Major::MN, GMMA::Major::MN>()));
-  // dQ_w = dS·K: (64 rows, kDqN columns, kBlockN keys); A K-major, B N-major.
-  using TiledMmaDq = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqN>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>()));
+  // S_w = Q·K_wᵀ, dP_w = dO·V_wᵀ over the warpgroup's 64 keys; dV_w += P_wᵀ·dO and
+  // dK_w += dS_wᵀ·Q over all of d; dQ_w = dS·K: kDqN columns over all kBlockN keys.
+  using Mma = BwdMma<Element, kHeadDim, kKeysWG, kKeysWG, kHeadDim, kDqN, kBlockN>;
 
   using Tma = BwdTma<Element, SmemLayoutQ, SmemLayoutK, SmemLayoutDq, kStages>;
 
-  struct SharedStorage {
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> dout;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> v;
+  struct SharedStorage : BwdInputTiles<Element, SmemLayoutQ, SmemLayoutK> {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutP>> p;
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
     alignas(1024) cute::array_aligned<float, kMmaWarpGroups * cosize_v<SmemLayoutDq>> dq;
@@ -213,25 +228,13 @@ struct ConfigBwdSplitD {
   static_assert(cosize_v<SmemLayoutDq> * sizeof(float) == kHalfElems * sizeof(Element),
                 "a dQ box fills a warpgroup's half of a stage");
 
-  // S_w = Q·K_wᵀ, dP_w = dO·V_wᵀ: (64 rows, 32 keys, d), K-major.
-  using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kKeysWG>, Int<kHeadDim>>>()));
-  // dV_w += Pᵀ·dO_w, dK_w += dSᵀ·Q_w: (64 keys, 128 columns, 64 rows), MN-major.
-  using TiledMmaDkv = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockN>, Int<kColsWG>, _64>,
-                           GMMA::Major::MN, GMMA::Major::MN>()));
-  // One box of dQ_w = dS·K: (64 rows, 64 columns, 64 keys); A K-major, B N-major.
-  using TiledMmaDq = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqBox>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>()));
+  // S_w = Q·K_wᵀ, dP_w = dO·V_wᵀ over the warpgroup's 32 keys (n32); dV_w += Pᵀ·dO_w and
+  // dK_w += dSᵀ·Q_w: 128 columns of all 64 keys; one box of dQ_w = dS·K: 64 columns.
+  using Mma = BwdMma<Element, kHeadDim, kKeysWG, kBlockN, kColsWG, kDqBox, kBlockN>;
 
   using Tma = BwdTma<Element, SmemLayoutQ, SmemLayoutK, SmemLayoutDq, kStages>;
 
-  struct SharedStorage {
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> dout;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> k;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>> v;
+  struct SharedStorage : BwdInputTiles<Element, SmemLayoutQ, SmemLayoutK> {
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> p;   // two buffers
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
     BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;

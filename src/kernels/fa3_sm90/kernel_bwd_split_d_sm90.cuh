@@ -45,9 +45,9 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
 
   const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
   const int key_wg = wk.key0 + wg * kKeysWG;  // this warpgroup's first key of S and dP
-  typename C::TiledMmaSdP mma_sdp;
-  typename C::TiledMmaDkv mma_dkv;
-  typename C::TiledMmaDq mma_dq;
+  typename C::Mma::SdP mma_sdp;
+  typename C::Mma::Dkv mma_dkv;
+  typename C::Mma::Dq mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(wtid);
   auto thr_dkv = mma_dkv.get_thread_slice(wtid);
   auto thr_dq = mma_dq.get_thread_slice(wtid);
