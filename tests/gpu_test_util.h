@@ -1,5 +1,5 @@
 // Helpers shared by the GPU test suites: device detection, the printed per-process seed, and an
-// owning device buffer. Tests skip (GTEST_SKIP) when have_gpu() is false.
+// owning device buffer with its host copies. Tests skip (GTEST_SKIP) when have_gpu() is false.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -86,6 +86,19 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
+
+// A host vector into a device buffer of at least its size, and back (fatal gtest failures).
+template <typename T>
+void upload(DeviceBuffer& buf, const std::vector<T>& host) {
+  ASSERT_TRUE(buf.ptr != nullptr) << "cudaMalloc failed";
+  ASSERT_EQ(cudaMemcpy(buf.ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+template <typename T>
+void download(std::vector<T>& host, const DeviceBuffer& buf) {
+  ASSERT_EQ(cudaMemcpy(host.data(), buf.ptr, host.size() * sizeof(T), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+}
 
 // Readable gtest parameter names: "k2_bf16_h6x2_d128_causal_win37_5". Built with appends only:
 // GCC 12 warns falsely (-Wrestrict) on long chains of std::string operator+.

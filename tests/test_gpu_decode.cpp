@@ -38,6 +38,7 @@ namespace {
 using flashattn::testing::DeviceBuffer;
 using flashattn::testing::have_gpu;
 using flashattn::testing::run_seed;
+using flashattn::testing::upload;
 
 constexpr uint16_t kNaN = 0xFFFF;
 // Every head dim decode is built for: the grids below cover each of them.
@@ -303,13 +304,6 @@ void build(const Case& c, uint64_t seed, Host& h) {
   quantize_cache(c, h);
 }
 
-template <typename T>
-void to_device(DeviceBuffer& buf, const std::vector<T>& host) {
-  ASSERT_TRUE(buf.ptr != nullptr) << "cudaMalloc failed";
-  ASSERT_EQ(cudaMemcpy(buf.ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-            cudaSuccess);
-}
-
 // The inputs of a Host on the device, and its params pointing at them.
 struct OnDevice {
   size_t no, nl;  // elements of O (= Q) and of LSE
@@ -318,11 +312,11 @@ struct OnDevice {
   // The cache as given: e4m3 bytes for an FP8 cache, else the 16-bit values.
   void upload_cache(const Host& h) {
     if (h.k8.empty()) {
-      to_device(k, h.k);
-      to_device(v, h.v);
+      upload(k, h.k);
+      upload(v, h.v);
     } else {
-      to_device(k, h.k8);
-      to_device(v, h.v8);
+      upload(k, h.k8);
+      upload(v, h.v8);
     }
   }
   explicit OnDevice(const Host& h)
@@ -343,20 +337,20 @@ struct OnDevice {
         ks(std::max<size_t>(h.ks.size(), 1) * 4),
         vs(std::max<size_t>(h.vs.size(), 1) * 4),
         p(h.p) {
-    to_device(q, h.q);
+    upload(q, h.q);
     upload_cache(h);
     if (!h.ks.empty()) {
-      to_device(ks, h.ks);
-      to_device(vs, h.vs);
+      upload(ks, h.ks);
+      upload(vs, h.vs);
       p.k_scale = static_cast<const float*>(ks.ptr);
       p.v_scale = static_cast<const float*>(vs.ptr);
     }
-    to_device(seqlens, h.seqlens);
-    if (!h.table.empty()) to_device(table, h.table);
-    if (!h.idx.empty()) to_device(idx, h.idx);
+    upload(seqlens, h.seqlens);
+    if (!h.table.empty()) upload(table, h.table);
+    if (!h.idx.empty()) upload(idx, h.idx);
     if (!h.kn.empty()) {
-      to_device(kn, h.kn);
-      to_device(vn, h.vn);
+      upload(kn, h.kn);
+      upload(vn, h.vn);
     }
     p.q.data = q.ptr;
     p.o.data = o.ptr;
@@ -371,8 +365,8 @@ struct OnDevice {
       p.v_new.data = vn.ptr;
     }
     if (p.rotary_cos) {
-      to_device(cos, h.cos);
-      to_device(sin, h.sin);
+      upload(cos, h.cos);
+      upload(sin, h.sin);
       p.rotary_cos = cos.ptr;
       p.rotary_sin = sin.ptr;
     }
@@ -747,7 +741,7 @@ TEST(GpuDecodeSplits, NewInputsAndGraphReplaysNeverSeeStalePartials) {
     auto check_round = [&](const std::function<void()>& launch, const char* what) {
       fa::reference::fill_normal(h.q.data(), std::ssize(h.q), c.dtype, seed + 1000 + round++);
       rotate_on_host(c, h);
-      to_device(d.q, h.q);
+      upload(d.q, h.q);
       ASSERT_EQ(cudaMemset(d.o.ptr, 0xFF, no * 2), cudaSuccess);
       ASSERT_EQ(cudaMemset(d.lse.ptr, 0xFF, nl * 4), cudaSuccess);
       launch();

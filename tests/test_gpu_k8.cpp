@@ -29,8 +29,10 @@ namespace fa = flashattn;
 namespace {
 
 using flashattn::testing::DeviceBuffer;
+using flashattn::testing::download;
 using flashattn::testing::have_gpu;
 using flashattn::testing::run_seed;
+using flashattn::testing::upload;
 
 bool k8_runs_here() {
   return fa::kernel_is_built(fa::Kernel::k8) && have_gpu() && flashattn::testing::device_is_sm90();
@@ -64,15 +66,6 @@ std::string k8_name(const K8Shape& s) {
 
 using fa_test::fp8_layout;
 using fa_test::kPoison16;
-
-template <class T>
-void upload(DeviceBuffer& d, const std::vector<T>& h) {
-  ASSERT_EQ(cudaMemcpy(d.ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-}
-template <class T>
-void download(std::vector<T>& h, const DeviceBuffer& d) {
-  ASSERT_EQ(cudaMemcpy(h.data(), d.ptr, h.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-}
 
 int blocks(int seqlen, int rows) { return (seqlen + rows - 1) / rows; }
 

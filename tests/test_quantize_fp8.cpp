@@ -54,12 +54,7 @@ struct QuantCase {
             fa::Fp8Rotation rotation = fa::Fp8Rotation::none, uint64_t rotation_seed = 0)
       : s(shape), rows(fa::fp8_block_rows(shape.head_dim)) {
     p.dtype = s.dtype;
-    p.batch = s.batch;
-    p.seqlen_q = s.seqlen_q;
-    p.seqlen_k = s.seqlen_k;
-    p.heads_q = s.heads_q;
-    p.heads_kv = s.heads_kv;
-    p.head_dim = s.head_dim;
+    copy_shape(p);
     p.rotation = rotation;
     p.seed = rotation_seed;
     const int d = s.head_dim;
@@ -110,12 +105,7 @@ struct QuantCase {
     fa::ForwardParams f;
     f.dtype = fa::DType::e4m3;
     f.out_dtype = fa::DType::bf16;
-    f.batch = s.batch;
-    f.seqlen_q = s.seqlen_q;
-    f.seqlen_k = s.seqlen_k;
-    f.heads_q = s.heads_q;
-    f.heads_kv = s.heads_kv;
-    f.head_dim = s.head_dim;
+    copy_shape(f);
     f.q = {q8.data(), {p.q_out.stride[0], p.q_out.stride[1], p.q_out.stride[2], 1}};
     f.k = {k8.data(), {p.k_out.stride[0], p.k_out.stride[1], p.k_out.stride[2], 1}};
     f.v = {v8.data(), {p.v_out.stride[0], p.v_out.stride[1], p.v_out.stride[2], 1}};
@@ -135,12 +125,7 @@ struct QuantCase {
   fa::ForwardParams original_params() const {
     fa::ForwardParams f;
     f.dtype = s.dtype;
-    f.batch = s.batch;
-    f.seqlen_q = s.seqlen_q;
-    f.seqlen_k = s.seqlen_k;
-    f.heads_q = s.heads_q;
-    f.heads_kv = s.heads_kv;
-    f.head_dim = s.head_dim;
+    copy_shape(f);
     f.q = p.q;
     f.k = p.k;
     f.v = p.v;
@@ -148,6 +133,16 @@ struct QuantCase {
   }
 
  private:
+  // The shape's sizes into a QuantizeFp8Params or ForwardParams (the same field names).
+  template <class Params>
+  void copy_shape(Params& f) const {
+    f.batch = s.batch;
+    f.seqlen_q = s.seqlen_q;
+    f.seqlen_k = s.seqlen_k;
+    f.heads_q = s.heads_q;
+    f.heads_kv = s.heads_kv;
+    f.head_dim = s.head_dim;
+  }
   // Strides for (batch, seqlen, heads, dim); padded layouts add whole 16-byte vectors (`vec`
   // elements) so the forward's vector rules hold for the e4m3 outputs too.
   size_t layout(int64_t (&st)[4], int seqlen, int heads, int dim, int vec) const {
