@@ -268,10 +268,10 @@ __device__ __forceinline__ void load_lse_dsum(const bwd::Workspace& ws, const Co
 }
 
 // S (rowcol) becomes P = exp2(S·scale·log2e − LSE) and dP (rowcol) dP − D, for the keys
-// [key_first, key_first + kKeys) of query block row0 — with softcap (the logit softcap·t,
-// t = tanh(q·k·softcap_scale)) dP − D times dS's factor 1 − t² as well. dP − D first, so D's
-// registers are free before P.
-template <int kKeys, class S, class DP, class Coords>
+// [key_first, key_first + kKeys) of the kRows-row query block at row0 — with softcap (the logit
+// softcap·t, t = tanh(q·k·softcap_scale)) dP − D times dS's factor 1 − t² as well. dP − D first, so
+// D's registers are free before P.
+template <int kRows, int kKeys, class S, class DP, class Coords>
 __device__ __forceinline__ void probabilities(S& s, DP& dp, const Coords& coords, const Problem& p,
                                               const Mask& mask, const SequenceView& seq, int row0,
                                               int key_first, const float (&lse)[2],
@@ -293,7 +293,7 @@ __device__ __forceinline__ void probabilities(S& s, DP& dp, const Coords& coords
   }
   const bool full =
       key_first + kKeys <= seq.len_k &&
-      mask.tile_all_visible(row0, min(row0 + 64, seq.len_q), key_first, key_first + kKeys);
+      mask.tile_all_visible(row0, min(row0 + kRows, seq.len_q), key_first, key_first + kKeys);
   if (!full) apply_mask(s, coords, mask, row0, key_first);
 #pragma unroll
   for (int r = 0; r < size<0>(s); ++r)
@@ -439,7 +439,7 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     warpgroup_fence_operand(tdPrdP);
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    probabilities<kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
+    probabilities<kBlockM, kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
     // P_w is read only by this warpgroup's dV GEMM, which the last step waited for.
     store_pairs<Element, C::kSharedStores>(tSrS, tPsP);
     cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma

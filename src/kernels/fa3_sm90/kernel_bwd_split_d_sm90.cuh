@@ -107,7 +107,7 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
     warpgroup_fence_operand(tdPrdP);
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    probabilities<kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
+    probabilities<kBlockM, kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
     // P and dS of this step's parity: both warpgroups read the other parity's last step, and
     // each waited for all its GEMMs before this step's first barrier.
     Element* p_buf = ss.p.data() + (i & 1) * cosize_v<typename C::SmemLayoutP>;
