@@ -3,9 +3,10 @@
 // three tiled wgmma's and the TMA types. Reuses the forward's K-major atoms (config.cuh).
 //
 // A block owns kBlockN = 128 keys; each of its two MMA warpgroups owns 64 of them in S, dP, dV
-// and dK, and half of dQ's columns over all 128 keys (dS from both warpgroups). K's swizzle atom
-// spans half a row, so that half of K's columns is a whole number of atoms (the N-major B
-// operand of dQ = dS·K): 128-byte at head dim 128, 64-byte at 64.
+// and dK, and a (64 rows, kDqN columns) tile of dQ over all 128 keys (dS from both warpgroups):
+// half of the columns at head dim 128 (64-row query blocks), half of the rows at 64 (128-row
+// blocks). K's swizzle atom spans kDqN columns, so that a warpgroup's columns of K are a whole
+// number of atoms (the N-major B operand of dQ = dS·K): 128-byte at both.
 #pragma once
 
 #include <cutlass/numeric_types.h>
@@ -90,11 +91,13 @@ struct ConfigBwd {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the Hopper backward is built for d 64, 128");
   static constexpr bool kSplitD = false;
   // P, dS and dQ's staging written with st.shared at 32-bit swizzled addresses (smem_address in
-  // kernel_bwd_sm90.cuh) instead of C++ stores, which compile to generic 64-bit ST.E: measured
-  // on the H100 (2026-11-25, one call, A/B) +3.2% at d 128 (2k dense, 8k causal) but -1.0% /
-  // -4.8% at d 64, which keeps the C++ stores.
-  static constexpr bool kSharedStores = kHeadDim >= 128;
-  static constexpr int kBlockM = 64;   // query rows per step of the walk
+  // kernel_bwd_sm90.cuh) instead of C++ stores, which compile to generic 64-bit ST.E. Measured on
+  // the H100 (2026-11-25, A/B in one call each): +3.2% at d 128 (2k dense, 8k causal); at d 64
+  // -1.0% / -4.8% on 64-row query blocks, but +2.6-4.5% on today's 128-row ones.
+  static constexpr bool kSharedStores = true;
+  // Query rows per step of the walk: 128 at d 64, where a 64-row step's GEMMs (2.6 MFLOP a
+  // warpgroup) left the step's fixed costs (barriers, waits, LSE/D loads, dQ's staging) large.
+  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
   static constexpr int kBlockN = 128;  // keys per block
   static constexpr int kStages = 2;    // Q / dO ring
   static constexpr int kMmaWarpGroups = 2;
@@ -111,11 +114,17 @@ struct ConfigBwd {
   static_assert(kProducerRegs * 128 + kConsumerRegs * kMmaThreads <=
                     (65536 / kThreads) / 8 * 8 * kThreads,
                 "setmaxnreg cannot hand out more registers than the launch gave the block");
-  // dQ's split between the warpgroups: kDqN columns each, over all kBlockN keys.
-  static constexpr int kDqN = kHeadDim / kMmaWarpGroups;
+  // dQ = dS·K over all kBlockN keys, split between the warpgroups into (64 rows, kDqN columns)
+  // tiles: by columns in a 64-row block (d 128: 64 each), by rows in a 128-row one (d 64: rows
+  // [64w, 64w + 64), all columns), so each is an n64 GEMM and one (64, 64) reduce-add box.
+  static constexpr bool kDqSplitRows = kBlockM == 128;
+  static constexpr int kDqRows = 64;
+  static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kMmaWarpGroups;
+  static_assert(kDqRows * (kDqSplitRows ? kMmaWarpGroups : 1) == kBlockM,
+                "dQ's tiles cover the block");
 
   using AtomD = SmemAtomK<Element, kHeadDim>;  // rows of kHeadDim (128-byte swizzle)
-  using AtomK = SmemAtomK<Element, kDqN>;      // K and V: an atom spans half a row (see the top)
+  using AtomK = SmemAtomK<Element, kDqN>;      // K and V: an atom spans kDqN columns (see the top)
   using Atom64 = SmemAtomK<Element, 64>;
   // Q and dO: (rows, dim, stage); K, V: (keys, dim).
   using SmemLayoutQ =
@@ -138,11 +147,11 @@ struct ConfigBwd {
   using SmemLayoutKDq = decltype(tile_to_shape(AtomK{}, Shape<Int<kBlockN>, Int<kDqN>>{}));
   using SmemLayoutKDqt = decltype(composition(
       SmemLayoutKDq{}, make_ordered_layout(Shape<Int<kDqN>, Int<kBlockN>>{}, Step<_2, _1>{})));
-  static constexpr int kKDqOffset = kBlockN * kDqN;  // per warpgroup
+  static constexpr int kKDqOffset = kDqSplitRows ? 0 : kBlockN * kDqN;  // per warpgroup
   // dQ's fp32 staging: one (64, kDqN) buffer per warpgroup, 128-byte swizzled (32 floats per
   // atom row), the box of its TMA reduce-add.
   using SmemLayoutDq =
-      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kDqN>>{}));
+      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kDqRows>, Int<kDqN>>{}));
 
   // S_w = Q·K_wᵀ, dP_w = dO·V_wᵀ over the warpgroup's 64 keys; dV_w += P_wᵀ·dO and
   // dK_w += dS_wᵀ·Q over all of d; dQ_w = dS·K: kDqN columns over all kBlockN keys.

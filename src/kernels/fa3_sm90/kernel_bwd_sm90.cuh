@@ -1,8 +1,8 @@
 // The Hopper backward's main kernel (the shared stages, kernels/bwd_stages, run before and
 // after it): bwd_kernel, the helpers both its configurations use, and the MMA warpgroups of
 // d 64/128 (bwd_mainloop; d 256's are kernel_bwd_split_d_sm90.cuh). One block of three warpgroups
-// owns kBlockN = 128 keys of one KV head of one sequence and walks every query block (64 rows) of
-// every query head of its group that sees one of its keys:
+// owns kBlockN = 128 keys of one KV head of one sequence and walks every query block (kBlockM
+// rows: 128 at d 64, 64 at d 128) of every query head of its group that sees one of its keys:
 //   warpgroup 0, the producer (24 registers): one thread loads K and V once, then streams Q and
 //       dO of each step into a two-stage ring (one transaction barrier per stage);
 //   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys, per step:
@@ -10,8 +10,8 @@
 //       P = exp2(S·scale·log2e − LSE·log2e) → shared memory, dV_w += P_wᵀ·dO issued, and under
 //       it dS = P ∘ (dP − D) → shared memory (double-buffered: the other warpgroup may still
 //       read the last step's); dK_w += dS_wᵀ·Q and dQ_w = dS·K issued together;
-//       dQ_w → fp32 staging buffer → one TMA reduce-add into the fp32 accumulator, issued by
-//           the warpgroup's first thread.
+//       dQ_w (a (64 rows, kDqN columns) tile, config_bwd.cuh) → fp32 staging buffer → one TMA
+//           reduce-add into the fp32 accumulator, issued by the warpgroup's first thread.
 //   dV and dK stay in registers across the walk (GQA: summed over the group's heads in a fixed
 //   order) and are written once at the end.
 // Deterministic mode: the reduce-adds into one (head, query block, half of the columns) of the
@@ -252,14 +252,15 @@ __device__ __forceinline__ void bwd_producer(const ParamsBwd<C>& params,
   }
 }
 
-// The forward's LSE (log2 units) and D of this thread's two rows of query block row0; rows past
-// the sequence get LSE = +inf (P = 0) and D = 0, so they contribute nothing.
-template <class Coords>
+// The forward's LSE (log2 units) and D of this thread's kRows rows (two per 64-row slice) of
+// query block row0; rows past the sequence get LSE = +inf (P = 0) and D = 0, so they contribute
+// nothing.
+template <int kRows, class Coords>
 __device__ __forceinline__ void load_lse_dsum(const bwd::Workspace& ws, const Coords& coords,
-                                              int64_t ws_row0, int row0, int len_q, float (&lse)[2],
-                                              float (&dsum)[2]) {
+                                              int64_t ws_row0, int row0, int len_q,
+                                              float (&lse)[kRows], float (&dsum)[kRows]) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     const int row = get<0>(coords(r, 0));
     const bool valid = row0 + row < len_q;
     lse[r] = valid ? ws.lse_log2[ws_row0 + row] : INFINITY;
@@ -271,11 +272,12 @@ __device__ __forceinline__ void load_lse_dsum(const bwd::Workspace& ws, const Co
 // [key_first, key_first + kKeys) of the kRows-row query block at row0 — with softcap (the logit
 // softcap·t, t = tanh(q·k·softcap_scale)) dP − D times dS's factor 1 − t² as well. dP − D first, so
 // D's registers are free before P.
-template <int kRows, int kKeys, class S, class DP, class Coords>
+template <int kRows, int kKeys, int kThreadRows, class S, class DP, class Coords>
 __device__ __forceinline__ void probabilities(S& s, DP& dp, const Coords& coords, const Problem& p,
                                               const Mask& mask, const SequenceView& seq, int row0,
-                                              int key_first, const float (&lse)[2],
-                                              const float (&dsum)[2]) {
+                                              int key_first, const float (&lse)[kThreadRows],
+                                              const float (&dsum)[kThreadRows]) {
+  static_assert(decltype(size<0>(s))::value == kThreadRows, "one LSE and D per row of S");
   if (p.has_softcap()) {
 #pragma unroll
     for (int r = 0; r < size<0>(s); ++r)
@@ -371,6 +373,8 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
   const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
   const int key_wg = wk.key0 + wg * kKeysWG;  // this warpgroup's first key
+  // This warpgroup's (64 rows, kDqN columns) tile of the step's dQ (config_bwd.cuh).
+  const int dq_row_tile = C::kDqSplitRows ? wg : 0, dq_col_tile = C::kDqSplitRows ? 0 : wg;
   typename C::Mma::SdP mma_sdp;
   typename C::Mma::Dkv mma_dkv;
   typename C::Mma::Dq mma_dq;
@@ -402,7 +406,9 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   // Where this thread's accumulator elements go in shared memory, and their (row, key).
   Tensor tPsP = thr_sdp.partition_C(sPw);
   Tensor tdQsdQ = thr_dq.partition_C(sdQw);
-  Tensor coords = rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<_64, Int<kKeysWG>>{})));
+  Tensor coords =
+      rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kKeysWG>>{})));
+  constexpr int kThreadRows = kBlockM / 32;  // two rows of each 64-row slice
 
   Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kKeysWG>, Int<kD>>{});
   Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kKeysWG>, Int<kD>>{});
@@ -425,13 +431,13 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     }
     const int row0 = m * kBlockM;
     const int64_t ws_row0 = static_cast<int64_t>(h) * params.ws.rows + row_base + row0;
-    float lse[2], dsum[2];
+    float lse[kThreadRows], dsum[kThreadRows];
     load_lse_dsum(params.ws, coords, ws_row0, row0, wk.seq_kv.len_q, lse, dsum);
     pipe.consumer_wait(state);
     const int st = state.index();
 
-    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
-    Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
+    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
     wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
     warpgroup_wait<0>();  // S and dP landed
@@ -460,14 +466,16 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
 
     Tensor tdKrdSt = thr_dkv.partition_fragment_A(
         make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWGt{}));
-    Tensor tdQrdS =
-        thr_dq.partition_fragment_A(make_tensor(make_smem_ptr(ds_buf), typename C::SmemLayoutP{}));
-    Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<_64, Int<C::kDqN>>{});
-    wgmma<false, -1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), tdKrdK);
-    wgmma<true, 0>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+    // dQ's A operand: the (64 rows, all keys) of dS of this warpgroup's dQ tile.
+    Tensor tdQrdS = thr_dq.partition_fragment_A(
+        local_tile(make_tensor(make_smem_ptr(ds_buf), typename C::SmemLayoutP{}),
+                   Shape<Int<C::kDqRows>, Int<kBlockN>>{}, make_coord(dq_row_tile, _0{})));
+    Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<C::kDqRows>, Int<C::kDqN>>{});
+    // dQ first, so that its staging below runs under dK's GEMM (wgmma groups complete in
+    // order: waiting down to one pending group means dV and dQ are done, dK in flight).
+    wgmma<true, -1>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+    wgmma<false, 1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), tdKrdK);
     warpgroup_fence_operand(tdVrdV);
-    warpgroup_fence_operand(tdKrdK);
-    pipe.consumer_release(state);  // Q and dO of this step are read
 
     // dQ_w: staged as fp32, then one TMA reduce-add (rows past the sequence add zeros; past the
     // tensor they are clipped).
@@ -485,12 +493,15 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
       Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
       Tensor gdQ = local_tile(
           domain_offset(make_coord(wk.seq_kv.token_q + row0, _0{}), mdQ(_, _, h, wk.batch_index)),
-          Shape<_64, Int<C::kDqN>>{}, make_coord(_0{}, wg));
+          Shape<Int<C::kDqRows>, Int<C::kDqN>>{}, make_coord(dq_row_tile, dq_col_tile));
       auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
                                             group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
       copy(params.tma_dq, dq_src, dq_dst);
       tma_store_arrive();
     }
+    warpgroup_wait<0>();  // dK: this step's Q and dO are read
+    warpgroup_fence_operand(tdKrdK);
+    pipe.consumer_release(state);
   }
   if (wtid == 0) {
     tma_store_wait<0>();  // shared memory stays until the last reduce-add read it
