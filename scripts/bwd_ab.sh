@@ -2,11 +2,11 @@
 # A/B/... of builds of the k6 backward in one device call. Each NAME given is a build whose
 # flashattn-bench is in .devbin-NAME/bin.tar.xz (a copy of a scripts/stage_device.sh output, or a
 # tarball of flashattn-bench alone), all carried. First the checks, on the full build in .devbin
-# (SKIP_CHECKS=1 skips them): its k6 backward gtests, then memcheck/racecheck (deterministic and
-# not) at each head dim of $CHECK_HDIMS (default 128 256). Then every build on each configuration
-# of $CONFIGS (default below: "hdim seqlen batch heads [flags]" separated by ';'), the builds'
-# order reversed on every other configuration so that drift favours none -> $OUT/ab.jsonl (each
-# record's "build" names it) and a table in $OUT/summary.txt.
+# (SKIP_CHECKS=1 skips them): its k6 backward gtests, then memcheck/racecheck/synccheck
+# (deterministic and not) at each head dim of $CHECK_HDIMS (default 128 256). Then every build on
+# each configuration of $CONFIGS (default below: "hdim seqlen batch heads [flags]" separated by
+# ';'), the builds' order reversed on every other configuration so that drift favours none ->
+# $OUT/ab.jsonl (each record's "build" names it) and a table in $OUT/summary.txt.
 # Usage (device): bash scripts/bwd_ab.sh a b [c ...]
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: bwd_ab.sh NAME NAME [NAME ...]"; exit 2; }
@@ -19,11 +19,12 @@ if [ "${SKIP_CHECKS:-0}" != 1 ]; then
   timeout 120 $C/flashattn_gpu_tests --gtest_brief=1 \
     --gtest_filter='Grid/GpuBackward.*k6*:GpuBackwardEdges.*:GpuBackwardDeterminism.*:GpuBackwardValidation.*' \
     > $OUT/gtests.log 2>&1; echo "gtest rc=$?" | tee -a $S; tail -3 $OUT/gtests.log | tee -a $S
-  for tool in memcheck racecheck; do for d in ${CHECK_HDIMS:-128 256}; do for det in "" --deterministic; do
+  for tool in memcheck racecheck synccheck; do for d in ${CHECK_HDIMS:-128 256}; do for det in "" --deterministic; do
     timeout 40 compute-sanitizer --tool $tool --error-exitcode 9 $C/flashattn-bench --bwd --kernel k6 \
       --batch 2 --heads 4 --kv-heads 2 --seqlen-q 113 --seqlen-k 203 --hdim $d --causal --sinks $det \
       --iters 1 --warmup 0 > $OUT/san.log 2>&1
-    echo "$tool d$d $det rc=$? $(grep -h SUMMARY $OUT/san.log)" | tee -a $S
+    rc=$?; echo "$tool d$d $det rc=$rc $(grep -h SUMMARY $OUT/san.log)" | tee -a $S
+    [ $rc = 0 ] || [ -e $OUT/san_fail.log ] || cp $OUT/san.log $OUT/san_fail.log  # the first failure
   done; done; done
 fi
 CONFIGS=${CONFIGS:-"64 2048 8 16;64 8192 2 32 --causal;128 2048 8 16;128 8192 2 16 --causal;256 2048 8 8;256 8192 2 8 --causal"}

@@ -84,6 +84,17 @@ struct BwdSync {
   int dq_next_turn[kMmaWarpGroups];  // this step's turn, worked out at the step's start
 };
 
+// A staged dQ tile's reduce-adds, from its MMA warpgroup to its writer warp (d 64/128): each TMA
+// box's coordinates and place, and in deterministic mode the tile's semaphore (else null) and the
+// turn.
+struct BwdDqJob {
+  static constexpr int kBoxes = 2;  // a (64, 64) fp32 tile: two 32-float-wide TMA boxes
+  int crd[kBoxes][4];
+  int offset[kBoxes];  // of each box in the staging buffer, in floats
+  int* sem;
+  int turn;
+};
+
 template <class Element_, int kHeadDim_>
 struct ConfigBwd {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
@@ -164,6 +175,11 @@ struct ConfigBwd {
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
     alignas(1024) cute::array_aligned<float, kMmaWarpGroups * cosize_v<SmemLayoutDq>> dq;
     BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;
+    // Per MMA warpgroup: its dQ staged (one arrival per warp) and its staging buffer read (the
+    // writer's arrival).
+    alignas(8) uint64_t dq_staged[kMmaWarpGroups];
+    uint64_t dq_free[kMmaWarpGroups];
+    BwdDqJob dq_job[kMmaWarpGroups];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");

@@ -4,20 +4,21 @@
 // owns kBlockN = 128 keys of one KV head of one sequence and walks every query block (kBlockM
 // rows: 128 at d 64, 64 at d 128) of every query head of its group that sees one of its keys:
 //   warpgroup 0, the producer (24 registers): one thread loads K and V once, then streams Q and
-//       dO of each step into a two-stage ring (one transaction barrier per stage);
+//       dO of each step into a two-stage ring (one transaction barrier per stage); at d 64/128
+//       warps 1 and 2 are the MMA warpgroups' dQ writers (bwd_dq_writer);
 //   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys, per step:
 //       S = Q·K_wᵀ and dP = dO·V_wᵀ (two wgmma batches), then dP − D (softcap: ·(1 − t²)) and
 //       P = exp2(S·scale·log2e − LSE·log2e) → shared memory, dV_w += P_wᵀ·dO issued, and under
 //       it dS = P ∘ (dP − D) → shared memory (double-buffered: the other warpgroup may still
-//       read the last step's); dK_w += dS_wᵀ·Q and dQ_w = dS·K issued together;
-//       dQ_w (a (64 rows, kDqN columns) tile, config_bwd.cuh) → fp32 staging buffer → one TMA
-//           reduce-add into the fp32 accumulator, issued by the warpgroup's first thread.
+//       read the last step's); dQ_w = dS·K and dK_w += dS_wᵀ·Q issued together;
+//       dQ_w (a (64 rows, kDqN columns) tile, config_bwd.cuh) → fp32 staging buffer (under dK's
+//           GEMM) → one TMA reduce-add into the fp32 accumulator, issued by its writer warp.
 //   dV and dK stay in registers across the walk (GQA: summed over the group's heads in a fixed
 //   order) and are written once at the end.
 // Deterministic mode: the reduce-adds into one (head, query block, half of the columns) of the
-// accumulator happen in a fixed order, key blocks descending, each warpgroup waiting on that
-// tile's semaphore for its turn and passing it on once its add completed — at its next step's dQ
-// (a step later, so the completion's latency is not waited for in line) or after the walk. Why
+// accumulator happen in a fixed order, key blocks descending, the add's issuer (d 64/128: the
+// writer warp, off the MMA warpgroup's path; d 256: the warpgroup's first thread) waiting on that
+// tile's semaphore for its turn and passing it on once its add completed. Why
 // descending, with the walk going up the query blocks: under a causal mask key block n + 1's walk
 // starts two query blocks after n's, so it reaches every query block two steps before n does,
 // and n finds its turn already come (ascending order with a downward walk, as the fa2 backward
@@ -50,7 +51,6 @@ namespace flashattn::fa3 {
 enum BwdBarrier : int {
   kBwdDsReady = 1,  // both halves of this step's dS are in shared memory (256 threads)
   kBwdPWG0 = 2,     // + w: warpgroup w's P is in shared memory (128)
-  kBwdDqWG0 = 4,    // + w: warpgroup w's dQ staging buffer is free / written (128)
 };
 
 // Two floats rounded to the element type (nearest even) and packed low, high.
@@ -183,6 +183,12 @@ __device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsB
     cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    if constexpr (!C::kSplitD) {  // dQ's hand-over to the writer warps (bwd_dq_writer)
+      for (int w = 0; w < C::kMmaWarpGroups; ++w) {
+        cutlass::arch::ClusterBarrier::init(&ss.dq_staged[w], 4);  // a warp of w each
+        cutlass::arch::ClusterBarrier::init(&ss.dq_free[w], 1);
+      }
+    }
   }
   typename PipelineQ::Params pq;
   pq.role = threadIdx.x / 128 == 0 ? PipelineQ::ThreadCategory::Producer
@@ -233,6 +239,9 @@ __device__ __forceinline__ void bwd_producer(const ParamsBwd<C>& params,
   Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
   Tensor mdO = params.tma_do.get_tma_tensor(params.shape_do);
   auto state = cutlass::make_producer_start_state<typename C::Tma::PipelineQ>();
+  // Not unrolled: at 24 registers, ptxas's four-fold unrolling spilled once the writer warps'
+  // loop (bwd_dq_writer) shared the warpgroup's register budget.
+#pragma unroll 1
   for (int i = 0; i < wk.steps; ++i, ++state) {
     int h, m;
     wk.step_at(i, h, m);
@@ -354,6 +363,87 @@ __device__ __forceinline__ void acquire_turn(const ParamsBwd<C>& params,
   ss.sync.dq_turn[wg] = turn;
 }
 
+// Warp 1 + w of the producer warpgroup (24 registers), the dQ writer of MMA warpgroup w (d 64/128):
+// per step, once the warpgroup staged its dQ tile (mbarrier dq_staged[w]), one TMA reduce-add of it
+// into the fp32 accumulator at the coordinates it left in dq_job (rows past the sequence add
+// zeros; past the tensor they are clipped) — in deterministic mode after waiting for this key
+// block's turn at the tile's semaphore, handed on once the add completed — and the buffer
+// released (dq_free[w]) as soon as the add has read it. So the turn's wait, the issue and
+// the completion are off the MMA warpgroup's path: it only waits if the last add has not read
+// the buffer a step later.
+template <class C>
+__device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
+                                              typename C::SharedStorage& ss, int steps, int w) {
+  if (steps == 0) return;
+  if (threadIdx.x % 32 != 0) return;  // one thread of the warp
+  using Barrier = cutlass::arch::ClusterBarrier;
+  const float* staged = ss.dq.data() + w * cosize_v<typename C::SmemLayoutDq>;
+#pragma unroll 1
+  for (int i = 0; i < steps; ++i) {
+    Barrier::wait(&ss.dq_staged[w], i & 1);
+    const BwdDqJob& job = ss.dq_job[w];
+    int* sem = job.sem;
+    const int turn = job.turn;
+    if (sem != nullptr) {
+      while (bwd::load_acquire(sem) != turn) {
+      }
+      fence_proxy_async_global();
+    }
+#pragma unroll
+    for (int x = 0; x < BwdDqJob::kBoxes; ++x) {
+      const int* crd = job.crd[x];
+      SM90_TMA_REDUCE_ADD_4D::copy(params.tma_dq.get_tma_descriptor(), staged + job.offset[x],
+                                   crd[0], crd[1], crd[2], crd[3]);
+    }
+    tma_store_arrive();
+    tma_store_wait<0>();              // the add has read the buffer
+    Barrier::arrive(&ss.dq_free[w]);  // (past the warpgroup's last wait: harmless)
+    release_turn(sem, turn);          // deterministic: the next key block's turn
+  }
+}
+
+// What the writer warp needs to add MMA warpgroup wg's staged dQ tile of query head h, query
+// block m into the accumulator: the reduce-add's TMA coordinates and (deterministic) the tile's
+// semaphore and this key block's turn at it. Written by the warpgroup's first thread.
+template <class C, class SmemDq>
+__device__ __forceinline__ void post_dq_job(const ParamsBwd<C>& params,
+                                            typename C::SharedStorage& ss,
+                                            const BwdWalk<C::kBlockM, C::kBlockN>& wk,
+                                            const SmemDq& sdQw, int h, int m, int wg) {
+  const int row_tile = C::kDqSplitRows ? wg : 0, col_tile = C::kDqSplitRows ? 0 : wg;
+  Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
+  Tensor gdQ = local_tile(domain_offset(make_coord(wk.seq_kv.token_q + m * C::kBlockM, _0{}),
+                                        mdQ(_, _, h, wk.batch_index)),
+                          Shape<Int<C::kDqRows>, Int<C::kDqN>>{}, make_coord(row_tile, col_tile));
+  // The TMA's views of the global tile and of the staged one, ((box, boxes)): a 128-byte swizzle
+  // limits a box to 32 floats a row, so a (64, 64) tile is two boxes.
+  auto [dq_gmem_v, dq_smem_v] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
+                                              group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
+  Tensor dq_gmem = tensor<0>(dq_gmem_v);
+  Tensor dq_smem = tensor<0>(dq_smem_v);
+  static_assert(decltype(size<1>(dq_smem))::value == BwdDqJob::kBoxes, "the job's boxes");
+  BwdDqJob& job = ss.dq_job[wg];
+  const float* staged = raw_pointer_cast(sdQw.data());
+#pragma unroll
+  for (int x = 0; x < BwdDqJob::kBoxes; ++x) {
+    const auto crd = dq_gmem(_, x).data().coord_;
+    static_assert(tuple_size<std::remove_cv_t<decltype(crd)>>::value == 4, "a 4-d TMA box");
+    job.crd[x][0] = get<0>(crd);
+    job.crd[x][1] = get<1>(crd);
+    job.crd[x][2] = get<2>(crd);
+    job.crd[x][3] = get<3>(crd);
+    job.offset[x] = static_cast<int>(raw_pointer_cast(dq_smem(_, x).data()) - staged);
+  }
+  job.sem = nullptr;
+  job.turn = 0;
+  if (params.bp.deterministic) {
+    job.sem = params.ws.sems +
+              (static_cast<int64_t>(h) * params.bp.fwd.batch + wk.b) * params.ws.m_blocks +
+              m * (C::kBlockM / bwd::kMinBlockM) + wg;
+    job.turn = ss.sync.dq_next_turn[wg];
+  }
+}
+
 // The MMA warpgroups of the d 64/128 kernel (the top says what a step does).
 template <class C>
 __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
@@ -373,8 +463,8 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
   const int ctid = threadIdx.x - 128, wg = ctid / 128, wtid = ctid % 128;
   const int key_wg = wk.key0 + wg * kKeysWG;  // this warpgroup's first key
-  // This warpgroup's (64 rows, kDqN columns) tile of the step's dQ (config_bwd.cuh).
-  const int dq_row_tile = C::kDqSplitRows ? wg : 0, dq_col_tile = C::kDqSplitRows ? 0 : wg;
+  // The rows of this warpgroup's (64 rows, kDqN columns) tile of the step's dQ (config_bwd.cuh).
+  const int dq_row_tile = C::kDqSplitRows ? wg : 0;
   typename C::Mma::SdP mma_sdp;
   typename C::Mma::Dkv mma_dkv;
   typename C::Mma::Dq mma_dq;
@@ -417,9 +507,6 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
 
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
                                                      : static_cast<int64_t>(wk.b) * p.seqlen_q;
-  // Deterministic: the semaphore and turn of the last reduce-add, passed on once it completed
-  // (at the next step's dQ, or after the walk), so that its latency is not waited for in line.
-  if (wtid == 0) ss.sync.dq_sem[wg] = nullptr;
   PipelineState state;
   if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, 0);
   for (int i = 0; i < wk.steps; ++i, ++state) {
@@ -477,35 +564,18 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     wgmma<false, 1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), tdKrdK);
     warpgroup_fence_operand(tdVrdV);
 
-    // dQ_w: staged as fp32, then one TMA reduce-add (rows past the sequence add zeros; past the
-    // tensor they are clipped).
-    if (wtid == 0) {
-      tma_store_wait<0>();  // the previous reduce-add has read the buffer
-      release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
-    }
-    named_barrier_sync(kBwdDqWG0 + wg, 128);
+    // dQ_w: staged as fp32 once the writer warp's last reduce-add has read the buffer, then
+    // handed to it with the tile's coordinates (bwd_dq_writer): one arrival per warp, its first
+    // thread's, after __syncwarp ordered the warp's writes before it.
+    if (i > 0) cutlass::arch::ClusterBarrier::wait(&ss.dq_free[wg], (i - 1) & 1);
     store_f32_pairs<C::kSharedStores>(tdQrdQ, tdQsdQ);
     tma_store_fence();  // the writes, visible to the TMA unit
-    named_barrier_sync(kBwdDqWG0 + wg, 128);
-    if (wtid == 0) {
-      // Deterministic: this key block's turn at the tile (see the top).
-      if (bp.deterministic) acquire_turn<C>(params, ss, h, wk.b, m, wg);
-      Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
-      Tensor gdQ = local_tile(
-          domain_offset(make_coord(wk.seq_kv.token_q + row0, _0{}), mdQ(_, _, h, wk.batch_index)),
-          Shape<Int<C::kDqRows>, Int<C::kDqN>>{}, make_coord(dq_row_tile, dq_col_tile));
-      auto [dq_dst, dq_src] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
-                                            group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
-      copy(params.tma_dq, dq_src, dq_dst);
-      tma_store_arrive();
-    }
+    if (wtid == 0) post_dq_job<C>(params, ss, wk, sdQw, h, m, wg);
+    __syncwarp();
+    if (wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.dq_staged[wg]);
     warpgroup_wait<0>();  // dK: this step's Q and dO are read
     warpgroup_fence_operand(tdKrdK);
     pipe.consumer_release(state);
-  }
-  if (wtid == 0) {
-    tma_store_wait<0>();  // shared memory stays until the last reduce-add read it
-    release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
   }
 
   store_dk_dv<kKeysWG, kD, Element>(bp, wk.seq_kv, wk.b, wk.h_kv, key_wg, 0, thr_dkv, tdKrdK,
@@ -534,6 +604,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   typename C::Tma::PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kStageReleasers);
   if (threadIdx.x / 128 == 0) {  // the producer warpgroup
     bwd_producer<C>(params, ss, pipe, wk);
+    if constexpr (!C::kSplitD) {
+      const int warp = threadIdx.x / 32;
+      if (warp >= 1 && warp <= C::kMmaWarpGroups) bwd_dq_writer<C>(params, ss, wk.steps, warp - 1);
+    }
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
