@@ -175,10 +175,9 @@ struct ConfigBwd {
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
     alignas(1024) cute::array_aligned<float, kMmaWarpGroups * cosize_v<SmemLayoutDq>> dq;
     BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;
-    // Per MMA warpgroup: its dQ staged (one arrival per warp) and its staging buffer read (the
-    // writer's arrival).
+    // Per MMA warpgroup: its dQ staged, one arrival per warp (the buffer's way back is a named
+    // barrier, kernel_bwd_sm90.cuh).
     alignas(8) uint64_t dq_staged[kMmaWarpGroups];
-    uint64_t dq_free[kMmaWarpGroups];
     BwdDqJob dq_job[kMmaWarpGroups];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);

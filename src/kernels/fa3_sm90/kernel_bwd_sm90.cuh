@@ -51,7 +51,10 @@ namespace flashattn::fa3 {
 enum BwdBarrier : int {
   kBwdDsReady = 1,  // both halves of this step's dS are in shared memory (256 threads)
   kBwdPWG0 = 2,     // + w: warpgroup w's P is in shared memory (128)
+  kBwdDqFree0 = 4,  // + w: warpgroup w's dQ staging buffer is free (kBwdDqFreeThreads)
 };
+// At kBwdDqFree0 + w: MMA warpgroup w (bar.sync) and its dQ writer warp (bar.arrive).
+constexpr int kBwdDqFreeThreads = 128 + 32;
 
 // Two floats rounded to the element type (nearest even) and packed low, high.
 template <class Element>
@@ -186,7 +189,6 @@ __device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsB
     if constexpr (!C::kSplitD) {  // dQ's hand-over to the writer warps (bwd_dq_writer)
       for (int w = 0; w < C::kMmaWarpGroups; ++w) {
         cutlass::arch::ClusterBarrier::init(&ss.dq_staged[w], 4);  // a warp of w each
-        cutlass::arch::ClusterBarrier::init(&ss.dq_free[w], 1);
       }
     }
   }
@@ -368,37 +370,44 @@ __device__ __forceinline__ void acquire_turn(const ParamsBwd<C>& params,
 // into the fp32 accumulator at the coordinates it left in dq_job (rows past the sequence add
 // zeros; past the tensor they are clipped) — in deterministic mode after waiting for this key
 // block's turn at the tile's semaphore, handed on once the add completed — and the buffer
-// released (dq_free[w]) as soon as the add has read it. So the turn's wait, the issue and
-// the completion are off the MMA warpgroup's path: it only waits if the last add has not read
-// the buffer a step later.
+// released (named barrier kBwdDqFree0 + w) as soon as the add has read it. So the turn's wait, the
+// issue and the completion are off the MMA warpgroup's path: it only waits if the last add has not
+// read the buffer a step later.
 template <class C>
 __device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
                                               typename C::SharedStorage& ss, int steps, int w) {
   if (steps == 0) return;
-  if (threadIdx.x % 32 != 0) return;  // one thread of the warp
   using Barrier = cutlass::arch::ClusterBarrier;
   const float* staged = ss.dq.data() + w * cosize_v<typename C::SmemLayoutDq>;
+  const bool leader = threadIdx.x % 32 == 0;
+  named_barrier_arrive(kBwdDqFree0 + w, kBwdDqFreeThreads);  // the buffer starts free
 #pragma unroll 1
   for (int i = 0; i < steps; ++i) {
     Barrier::wait(&ss.dq_staged[w], i & 1);
-    const BwdDqJob& job = ss.dq_job[w];
-    int* sem = job.sem;
-    const int turn = job.turn;
-    if (sem != nullptr) {
-      while (bwd::load_acquire(sem) != turn) {
+    int* sem = nullptr;
+    int turn = 0;
+    if (leader) {
+      const BwdDqJob& job = ss.dq_job[w];
+      sem = job.sem;
+      turn = job.turn;
+      if (sem != nullptr) {
+        while (bwd::load_acquire(sem) != turn) {
+        }
+        fence_proxy_async_global();
       }
-      fence_proxy_async_global();
-    }
 #pragma unroll
-    for (int x = 0; x < BwdDqJob::kBoxes; ++x) {
-      const int* crd = job.crd[x];
-      SM90_TMA_REDUCE_ADD_4D::copy(params.tma_dq.get_tma_descriptor(), staged + job.offset[x],
-                                   crd[0], crd[1], crd[2], crd[3]);
+      for (int x = 0; x < BwdDqJob::kBoxes; ++x) {
+        const int* crd = job.crd[x];
+        SM90_TMA_REDUCE_ADD_4D::copy(params.tma_dq.get_tma_descriptor(), staged + job.offset[x],
+                                     crd[0], crd[1], crd[2], crd[3]);
+      }
+      tma_store_arrive();
+      tma_store_wait<0>();  // the add has read the buffer
     }
-    tma_store_arrive();
-    tma_store_wait<0>();              // the add has read the buffer
-    Barrier::arrive(&ss.dq_free[w]);  // (past the warpgroup's last wait: harmless)
-    release_turn(sem, turn);          // deterministic: the next key block's turn
+    __syncwarp();
+    // The warpgroup syncs once per step: no arrival past its last.
+    if (i + 1 < steps) named_barrier_arrive(kBwdDqFree0 + w, kBwdDqFreeThreads);
+    if (leader) release_turn(sem, turn);  // deterministic: the next key block's turn
   }
 }
 
@@ -567,7 +576,7 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     // dQ_w: staged as fp32 once the writer warp's last reduce-add has read the buffer, then
     // handed to it with the tile's coordinates (bwd_dq_writer): one arrival per warp, its first
     // thread's, after __syncwarp ordered the warp's writes before it.
-    if (i > 0) cutlass::arch::ClusterBarrier::wait(&ss.dq_free[wg], (i - 1) & 1);
+    named_barrier_sync(kBwdDqFree0 + wg, kBwdDqFreeThreads);
     store_f32_pairs<C::kSharedStores>(tdQrdQ, tdQsdQ);
     tma_store_fence();  // the writes, visible to the TMA unit
     if (wtid == 0) post_dq_job<C>(params, ss, wk, sdQw, h, m, wg);
