@@ -76,12 +76,9 @@ template <class PipelineQ, int kMmaWarpGroups>
 struct BwdSync {
   alignas(16) uint64_t kv_full;                  // K and V landed (TMA transaction barrier)
   typename PipelineQ::SharedStorage pipeline_q;  // Q and dO of one step, one barrier
-  // Deterministic mode, per MMA warpgroup: the semaphore (null: none) and turn of its last
-  // reduce-add, passed on once the add completed (kernel_bwd_sm90.cuh). In shared memory: held
-  // across the walk in registers, they spilled.
-  int* dq_sem[kMmaWarpGroups];
-  int dq_turn[kMmaWarpGroups];
-  int dq_next_turn[kMmaWarpGroups];  // this step's turn, worked out at the step's start
+  // Deterministic mode, per MMA warpgroup: this step's turn at its dQ tile's semaphore, worked
+  // out at the step's start (where few registers are live).
+  int dq_next_turn[kMmaWarpGroups];
 };
 
 // A staged dQ tile's reduce-adds, from its MMA warpgroup to its writer warp (d 64/128): each TMA
@@ -91,6 +88,17 @@ struct BwdDqJob {
   static constexpr int kBoxes = 2;  // a (64, 64) fp32 tile: two 32-float-wide TMA boxes
   int crd[kBoxes][4];
   int offset[kBoxes];  // of each box in the staging buffer, in floats
+  int* sem;
+  int turn;
+};
+
+// The split-D kernel's (d 256) job: a step's two (64, 64) fp32 tiles, staged in the warpgroup's
+// columns of the step's Q and of its dO, are four boxes; offsets in bytes from the start of the
+// shared storage.
+struct BwdDqJobSplitD {
+  static constexpr int kBoxes = 4;
+  int crd[kBoxes][4];
+  int offset[kBoxes];
   int* sem;
   int turn;
 };
@@ -209,9 +217,14 @@ struct ConfigBwdSplitD {
   static constexpr int kMmaWarpGroups = 2;
   static constexpr int kMmaThreads = 128 * kMmaWarpGroups;
   static constexpr int kThreads = 128 + kMmaThreads;
-  // One arrival per MMA warpgroup frees a Q/dO stage, from its first thread once its reduce-adds
+  // One arrival per MMA warpgroup frees a Q/dO stage, from its dQ writer once the reduce-adds
   // have read the dQ staged there (kernel_bwd_split_d_sm90.cuh).
   static constexpr int kStageReleasers = kMmaWarpGroups;
+  // dQ jobs (and their mbarriers) per warpgroup: a warpgroup can post step i + 1's before its
+  // writer is done with step i's, even before the writer waited for it (it needs step i's stage
+  // back only at step i + 2): one mbarrier would then complete two phases, and the writer's wait
+  // on the first one's parity would see the third.
+  static constexpr int kDqJobs = 2;
   static constexpr int kKeysWG = kBlockN / kMmaWarpGroups;   // 32: S and dP
   static constexpr int kColsWG = kHeadDim / kMmaWarpGroups;  // 128: dV, dK, dQ
   static constexpr int kDqBox = 64;                          // columns per reduce-add box
@@ -262,6 +275,9 @@ struct ConfigBwdSplitD {
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> p;   // two buffers
     alignas(1024) cute::array_aligned<Element, 2 * cosize_v<SmemLayoutP>> ds;  // two buffers
     BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;
+    // Per MMA warpgroup and job: its dQ staged (one arrival per warp), and the job.
+    alignas(8) uint64_t dq_staged[kMmaWarpGroups][kDqJobs];
+    BwdDqJobSplitD dq_job[kMmaWarpGroups][kDqJobs];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");

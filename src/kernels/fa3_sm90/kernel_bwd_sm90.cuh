@@ -4,8 +4,8 @@
 // owns kBlockN = 128 keys of one KV head of one sequence and walks every query block (kBlockM
 // rows: 128 at d 64, 64 at d 128) of every query head of its group that sees one of its keys:
 //   warpgroup 0, the producer (24 registers): one thread loads K and V once, then streams Q and
-//       dO of each step into a two-stage ring (one transaction barrier per stage); at d 64/128
-//       warps 1 and 2 are the MMA warpgroups' dQ writers (bwd_dq_writer);
+//       dO of each step into a two-stage ring (one transaction barrier per stage); warps 1 and 2
+//       are the MMA warpgroups' dQ writers (bwd_dq_writer; d 256: bwd_dq_writer_split_d);
 //   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys, per step:
 //       S = Q·K_wᵀ and dP = dO·V_wᵀ (two wgmma batches), then dP − D (softcap: ·(1 − t²)) and
 //       P = exp2(S·scale·log2e − LSE·log2e) → shared memory, dV_w += P_wᵀ·dO issued, and under
@@ -16,9 +16,9 @@
 //   dV and dK stay in registers across the walk (GQA: summed over the group's heads in a fixed
 //   order) and are written once at the end.
 // Deterministic mode: the reduce-adds into one (head, query block, half of the columns) of the
-// accumulator happen in a fixed order, key blocks descending, the add's issuer (d 64/128: the
-// writer warp, off the MMA warpgroup's path; d 256: the warpgroup's first thread) waiting on that
-// tile's semaphore for its turn and passing it on once its add completed. Why
+// accumulator happen in a fixed order, key blocks descending, the add's issuer (the warpgroup's
+// dQ writer warp, off its path) waiting on that tile's semaphore for its turn and passing it on
+// once its add completed. Why
 // descending, with the walk going up the query blocks: under a causal mask key block n + 1's walk
 // starts two query blocks after n's, so it reaches every query block two steps before n does,
 // and n finds its turn already come (ascending order with a downward walk, as the fa2 backward
@@ -186,8 +186,12 @@ __device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsB
     cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-    if constexpr (!C::kSplitD) {  // dQ's hand-over to the writer warps (bwd_dq_writer)
-      for (int w = 0; w < C::kMmaWarpGroups; ++w) {
+    for (int w = 0; w < C::kMmaWarpGroups; ++w) {  // dQ's hand-over to the writer warps
+      if constexpr (C::kSplitD) {
+        for (int j = 0; j < C::kDqJobs; ++j) {
+          cutlass::arch::ClusterBarrier::init(&ss.dq_staged[w][j], 4);  // a warp of w each
+        }
+      } else {
         cutlass::arch::ClusterBarrier::init(&ss.dq_staged[w], 4);  // a warp of w each
       }
     }
@@ -346,23 +350,6 @@ __device__ __forceinline__ void store_dk_dv(const BackwardProblem& bp, const Seq
       }
     }
   }
-}
-
-// Deterministic mode: waits for this key block's turn at the semaphore of (head h, query block m,
-// warpgroup wg's columns) and records it, to be handed on once the add completed (release_turn).
-template <class C>
-__device__ __forceinline__ void acquire_turn(const ParamsBwd<C>& params,
-                                             typename C::SharedStorage& ss, int h, int b, int m,
-                                             int wg) {
-  const Problem& p = params.bp.fwd;
-  int* sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + b) * params.ws.m_blocks +
-             m * (C::kBlockM / bwd::kMinBlockM) + wg;
-  const int turn = ss.sync.dq_next_turn[wg];
-  while (bwd::load_acquire(sem) != turn) {
-  }
-  fence_proxy_async_global();
-  ss.sync.dq_sem[wg] = sem;
-  ss.sync.dq_turn[wg] = turn;
 }
 
 // Warp 1 + w of the producer warpgroup (24 registers), the dQ writer of MMA warpgroup w (d 64/128):
@@ -591,12 +578,17 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
                                     tdVrdV);
 }
 
-// The split-D kernel's MMA warpgroups (kernel_bwd_split_d_sm90.cuh).
+// The split-D kernel's MMA warpgroups and dQ writers (kernel_bwd_split_d_sm90.cuh).
 template <class C>
 __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
                                                      typename C::SharedStorage& ss,
                                                      typename C::Tma::PipelineQ& pipe,
                                                      const BwdWalk<C::kBlockM, C::kBlockN>& wk);
+template <class C>
+__device__ __forceinline__ void bwd_dq_writer_split_d(const ParamsBwd<C>& params,
+                                                      typename C::SharedStorage& ss,
+                                                      typename C::Tma::PipelineQ& pipe, int steps,
+                                                      int w);
 
 // The backward's main kernel, both configurations: grid (key blocks, heads_kv, batch); the
 // producer warpgroup, then the configuration's MMA warpgroups.
@@ -613,9 +605,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   typename C::Tma::PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kStageReleasers);
   if (threadIdx.x / 128 == 0) {  // the producer warpgroup
     bwd_producer<C>(params, ss, pipe, wk);
-    if constexpr (!C::kSplitD) {
-      const int warp = threadIdx.x / 32;
-      if (warp >= 1 && warp <= C::kMmaWarpGroups) bwd_dq_writer<C>(params, ss, wk.steps, warp - 1);
+    const int warp = threadIdx.x / 32;
+    if (warp >= 1 && warp <= C::kMmaWarpGroups) {
+      if constexpr (C::kSplitD) {
+        bwd_dq_writer_split_d<C>(params, ss, pipe, wk.steps, warp - 1);
+      } else {
+        bwd_dq_writer<C>(params, ss, wk.steps, warp - 1);
+      }
     }
     return;
   }

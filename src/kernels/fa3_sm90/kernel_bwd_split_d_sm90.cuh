@@ -2,21 +2,21 @@
 // head dim 256 (ConfigBwdSplitD, config_bwd.cuh says why the split): one block of three
 // warpgroups owns kBlockN = 64 keys of one KV head of one sequence and walks every query block
 // (64 rows) of every query head of its group that sees one of its keys.
-//   warpgroup 0, the producer: bwd_producer, as at d 64/128.
+//   warpgroup 0, the producer: bwd_producer, as at d 64/128, and warps 1, 2 the dQ writers
+//       (bwd_dq_writer), which also hand each stage of Q and dO back to the producer once the
+//       reduce-adds of the dQ staged there have read it;
 //   warpgroups 1, 2 (w = 0, 1), per step:
-//       S_w = Q·K_wᵀ and dP_w = dO·V_wᵀ for keys [32w, 32w + 32); then the previous step's stage
-//           of Q and dO is handed back to the producer (its dQ boxes were staged there);
+//       S_w = Q·K_wᵀ and dP_w = dO·V_wᵀ for keys [32w, 32w + 32);
 //       P_w → shared memory (this step's parity buffer), a block barrier, dV_w += Pᵀ·dO_w issued
 //           (columns [128w, 128w + 128) of all 64 keys), and under it dS_w = P_w ∘ (dP_w − D) →
 //           shared memory, a block barrier;
 //       dK_w += dSᵀ·Q_w and two boxes of dQ_w = dS·K_w (64 columns each) issued together;
 //       dQ_w → fp32 in this step's Q and dO columns [128w, 128w + 128) (only this warpgroup reads
-//           them, and its GEMMs on them have completed), then two TMA reduce-adds.
+//           them, and its GEMMs on them have completed), then handed to the writer warp (a job
+//           of four TMA boxes; two jobs, since the warpgroup may post step i + 1's before the
+//           writer is done with step i's: it needs step i's stage back only at step i + 2).
 // Deterministic mode as at d 64/128 (kernel_bwd_sm90.cuh): one semaphore per (head, query block,
-// warpgroup's columns), key blocks in descending order, the turn handed on a step later.
-// Why the stage is handed back a step later, after this step's S and dP are issued: its release
-// has to wait for the reduce-adds to have read the staging; by then they long have, and the
-// producer still has the rest of the step to refill it.
+// warpgroup's columns), key blocks in descending order, waited for and handed on by the writer.
 #pragma once
 
 #include "kernels/fa3_sm90/kernel_bwd_sm90.cuh"
@@ -27,8 +27,75 @@ namespace flashattn::fa3 {
 enum BwdSplitDBarrier : int {
   kSplitPReady = 1,   // both halves of this step's P are in shared memory (256 threads)
   kSplitDsReady = 2,  // both halves of this step's dS (256)
-  kSplitDqWG0 = 3,    // + w: warpgroup w's dQ is staged (128)
 };
+
+// Warp 1 + w of the producer warpgroup, the dQ writer of MMA warpgroup w (the d 64/128 kernel's
+// bwd_dq_writer says what it does), which also hands each step's stage of Q and dO back to the
+// producer once the reduce-adds of the dQ staged there have read it.
+template <class C>
+__device__ __forceinline__ void bwd_dq_writer_split_d(const ParamsBwd<C>& params,
+                                                      typename C::SharedStorage& ss,
+                                                      typename C::Tma::PipelineQ& pipe, int steps,
+                                                      int w) {
+  using Barrier = cutlass::arch::ClusterBarrier;
+  const char* base = reinterpret_cast<const char*>(&ss);
+  const bool leader = threadIdx.x % 32 == 0;
+  cutlass::PipelineState<C::kStages> stage;
+#pragma unroll 1
+  for (int i = 0; i < steps; ++i, ++stage) {
+    Barrier::wait(&ss.dq_staged[w][i % C::kDqJobs], (i / C::kDqJobs) & 1);
+    int* sem = nullptr;
+    int turn = 0;
+    if (leader) {
+      const BwdDqJobSplitD& job = ss.dq_job[w][i % C::kDqJobs];
+      sem = job.sem;
+      turn = job.turn;
+      if (sem != nullptr) {
+        while (bwd::load_acquire(sem) != turn) {
+        }
+        fence_proxy_async_global();
+      }
+#pragma unroll
+      for (int x = 0; x < BwdDqJobSplitD::kBoxes; ++x) {
+        const int* crd = job.crd[x];
+        SM90_TMA_REDUCE_ADD_4D::copy(params.tma_dq.get_tma_descriptor(), base + job.offset[x],
+                                     crd[0], crd[1], crd[2], crd[3]);
+      }
+      tma_store_arrive();
+      tma_store_wait<0>();  // the adds have read the staging
+      pipe.consumer_release(stage);
+    }
+    __syncwarp();
+    if (leader) release_turn(sem, turn);  // deterministic: the next key block's turn
+  }
+}
+
+// Boxes [first, first + 2) of a split-D dQ job: the TMA boxes of the staged (64, 64) fp32 tile
+// sdq and of its tile gdq of the accumulator.
+template <class C, class SmemDq, class GmemDq>
+__device__ __forceinline__ void dq_job_boxes(const ParamsBwd<C>& params,
+                                             const typename C::SharedStorage& ss,
+                                             BwdDqJobSplitD& job, int first, const SmemDq& sdq,
+                                             const GmemDq& gdq) {
+  // The TMA's views of both tiles, ((box, boxes)).
+  auto [g_v, s_v] = tma_partition(params.tma_dq, _0{}, Layout<_1>{}, group_modes<0, 2>(sdq),
+                                  group_modes<0, 2>(gdq));
+  Tensor g = tensor<0>(g_v);
+  Tensor sm = tensor<0>(s_v);
+  static_assert(decltype(size<1>(sm))::value == 2, "a (64, 64) fp32 tile is two boxes");
+  const char* base = reinterpret_cast<const char*>(&ss);
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const auto crd = g(_, x).data().coord_;
+    static_assert(tuple_size<std::remove_cv_t<decltype(crd)>>::value == 4, "a 4-d TMA box");
+    job.crd[first + x][0] = get<0>(crd);
+    job.crd[first + x][1] = get<1>(crd);
+    job.crd[first + x][2] = get<2>(crd);
+    job.crd[first + x][3] = get<3>(crd);
+    job.offset[first + x] =
+        static_cast<int>(reinterpret_cast<const char*>(raw_pointer_cast(sm(_, x).data())) - base);
+  }
+}
 
 template <class C>
 __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
@@ -77,8 +144,7 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
 
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
                                                      : static_cast<int64_t>(wk.b) * p.seqlen_q;
-  if (wtid == 0) ss.sync.dq_sem[wg] = nullptr;
-  PipelineState state, last;
+  PipelineState state;
   if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, 0);
   for (int i = 0; i < wk.steps; ++i, ++state) {
     int h, m;
@@ -98,10 +164,6 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
     wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
-    if (i > 0 && wtid == 0) {  // the last step's stage, once its reduce-adds have read it
-      tma_store_wait<0>();
-      pipe.consumer_release(last);
-    }
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     warpgroup_fence_operand(tdPrdP);
@@ -149,9 +211,8 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
     warpgroup_fence_operand(tdVrdV);
     warpgroup_fence_operand(tdKrdK);
 
-    // dQ_w's two boxes: fp32 over this warpgroup's (now read) columns of Q and of dO, then the
-    // reduce-adds (rows past the sequence add zeros; past the tensor they are clipped).
-    if (wtid == 0) release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
+    // dQ_w's two tiles: fp32 over this warpgroup's (now read) columns of Q and of dO, then handed
+    // to the writer warp, which adds them and gives the stage back (bwd_dq_writer).
     Tensor sdQ0 =
         make_tensor(make_smem_ptr(reinterpret_cast<float*>(q_half)), typename C::SmemLayoutDq{});
     Tensor sdQ1 =
@@ -161,26 +222,24 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
     store_f32_pairs<C::kSharedStores>(tdQrdQ0, tdQsdQ0);
     store_f32_pairs<C::kSharedStores>(tdQrdQ1, tdQsdQ1);
     tma_store_fence();
-    named_barrier_sync(kSplitDqWG0 + wg, 128);
     if (wtid == 0) {
-      if (bp.deterministic) acquire_turn<C>(params, ss, h, wk.b, m, wg);
       Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);
       Tensor gdQ = local_tile(
           domain_offset(make_coord(wk.seq_kv.token_q + row0, _0{}), mdQ(_, _, h, wk.batch_index)),
           Shape<_64, Int<kDqBox>>{}, make_coord(_0{}, _));
-      auto [dst0, src0] = tma_partition(params.tma_dq, _0{}, Layout<_1>{}, group_modes<0, 2>(sdQ0),
-                                        group_modes<0, 2>(gdQ(_, _, 2 * wg)));
-      auto [dst1, src1] = tma_partition(params.tma_dq, _0{}, Layout<_1>{}, group_modes<0, 2>(sdQ1),
-                                        group_modes<0, 2>(gdQ(_, _, 2 * wg + 1)));
-      copy(params.tma_dq, src0, dst0);
-      copy(params.tma_dq, src1, dst1);
-      tma_store_arrive();
+      auto& job = ss.dq_job[wg][i % C::kDqJobs];
+      dq_job_boxes<C>(params, ss, job, 0, sdQ0, gdQ(_, _, 2 * wg));
+      dq_job_boxes<C>(params, ss, job, 2, sdQ1, gdQ(_, _, 2 * wg + 1));
+      job.sem = nullptr;
+      job.turn = 0;
+      if (bp.deterministic) {
+        job.sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + wk.b) * params.ws.m_blocks +
+                  m * (kBlockM / bwd::kMinBlockM) + wg;
+        job.turn = ss.sync.dq_next_turn[wg];
+      }
     }
-    last = state;
-  }
-  if (wtid == 0) {
-    tma_store_wait<0>();
-    release_turn(ss.sync.dq_sem[wg], ss.sync.dq_turn[wg]);
+    __syncwarp();
+    if (wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.dq_staged[wg][i % C::kDqJobs]);
   }
   store_dk_dv<kBlockN, kColsWG, Element>(bp, wk.seq_kv, wk.b, wk.h_kv, wk.key0, wg * kColsWG,
                                          thr_dkv, tdKrdK, tdVrdV);
