@@ -352,6 +352,30 @@ __device__ __forceinline__ void store_dk_dv(const BackwardProblem& bp, const Seq
   }
 }
 
+// A dQ writer's step, by its first thread: in deterministic mode (job.sem not null) waits for the
+// job's turn, then issues the job's reduce-adds (box x staged at staged + job.offset[x]) and
+// waits for them to have read the staging. Returns the semaphore whose turn (`turn`) to hand on
+// once the adds completed.
+template <class Job, class T>
+__device__ __forceinline__ int* add_dq_job(const Job& job, const void* tma_desc, const T* staged,
+                                           int& turn) {
+  int* sem = job.sem;
+  turn = job.turn;
+  if (sem != nullptr) {
+    while (bwd::load_acquire(sem) != turn) {
+    }
+    fence_proxy_async_global();
+  }
+#pragma unroll
+  for (int x = 0; x < Job::kBoxes; ++x) {
+    const int* crd = job.crd[x];
+    SM90_TMA_REDUCE_ADD_4D::copy(tma_desc, staged + job.offset[x], crd[0], crd[1], crd[2], crd[3]);
+  }
+  tma_store_arrive();
+  tma_store_wait<0>();  // the adds have read the staging
+  return sem;
+}
+
 // Warp 1 + w of the producer warpgroup (24 registers), the dQ writer of MMA warpgroup w (d 64/128):
 // per step, once the warpgroup staged its dQ tile (mbarrier dq_staged[w]), one TMA reduce-add of it
 // into the fp32 accumulator at the coordinates it left in dq_job (rows past the sequence add
@@ -373,24 +397,7 @@ __device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
     Barrier::wait(&ss.dq_staged[w], i & 1);
     int* sem = nullptr;
     int turn = 0;
-    if (leader) {
-      const BwdDqJob& job = ss.dq_job[w];
-      sem = job.sem;
-      turn = job.turn;
-      if (sem != nullptr) {
-        while (bwd::load_acquire(sem) != turn) {
-        }
-        fence_proxy_async_global();
-      }
-#pragma unroll
-      for (int x = 0; x < BwdDqJob::kBoxes; ++x) {
-        const int* crd = job.crd[x];
-        SM90_TMA_REDUCE_ADD_4D::copy(params.tma_dq.get_tma_descriptor(), staged + job.offset[x],
-                                     crd[0], crd[1], crd[2], crd[3]);
-      }
-      tma_store_arrive();
-      tma_store_wait<0>();  // the add has read the buffer
-    }
+    if (leader) sem = add_dq_job(ss.dq_job[w], params.tma_dq.get_tma_descriptor(), staged, turn);
     __syncwarp();
     // The warpgroup syncs once per step: no arrival past its last.
     if (i + 1 < steps) named_barrier_arrive(kBwdDqFree0 + w, kBwdDqFreeThreads);

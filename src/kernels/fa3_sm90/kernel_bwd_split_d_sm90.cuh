@@ -47,23 +47,9 @@ __device__ __forceinline__ void bwd_dq_writer_split_d(const ParamsBwd<C>& params
     int* sem = nullptr;
     int turn = 0;
     if (leader) {
-      const BwdDqJobSplitD& job = ss.dq_job[w][i % C::kDqJobs];
-      sem = job.sem;
-      turn = job.turn;
-      if (sem != nullptr) {
-        while (bwd::load_acquire(sem) != turn) {
-        }
-        fence_proxy_async_global();
-      }
-#pragma unroll
-      for (int x = 0; x < BwdDqJobSplitD::kBoxes; ++x) {
-        const int* crd = job.crd[x];
-        SM90_TMA_REDUCE_ADD_4D::copy(params.tma_dq.get_tma_descriptor(), base + job.offset[x],
-                                     crd[0], crd[1], crd[2], crd[3]);
-      }
-      tma_store_arrive();
-      tma_store_wait<0>();  // the adds have read the staging
-      pipe.consumer_release(stage);
+      sem =
+          add_dq_job(ss.dq_job[w][i % C::kDqJobs], params.tma_dq.get_tma_descriptor(), base, turn);
+      pipe.consumer_release(stage);  // the stage's dQ is read
     }
     __syncwarp();
     if (leader) release_turn(sem, turn);  // deterministic: the next key block's turn
