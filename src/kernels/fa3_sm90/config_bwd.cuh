@@ -81,22 +81,14 @@ struct BwdSync {
   int dq_next_turn[kMmaWarpGroups];
 };
 
-// A staged dQ tile's reduce-adds, from its MMA warpgroup to its writer warp (d 64/128): each TMA
-// box's coordinates and place, and in deterministic mode the tile's semaphore (else null) and the
-// turn.
+// A step's staged dQ reduce-adds, from an MMA warpgroup to its writer warp: each TMA box's
+// coordinates and place (d 64/128: in floats from the warpgroup's staging buffer; d 256: in bytes
+// from the shared storage's start), and in deterministic mode the tile's semaphore (else
+// null) and the turn. A (64, 64) fp32 tile is two boxes (a 128-byte swizzle limits a box's rows
+// to 32 floats): one tile a step at d 64/128, two at d 256 (in the step's Q and dO).
+template <int kBoxes_>
 struct BwdDqJob {
-  static constexpr int kBoxes = 2;  // a (64, 64) fp32 tile: two 32-float-wide TMA boxes
-  int crd[kBoxes][4];
-  int offset[kBoxes];  // of each box in the staging buffer, in floats
-  int* sem;
-  int turn;
-};
-
-// The split-D kernel's (d 256) job: a step's two (64, 64) fp32 tiles, staged in the warpgroup's
-// columns of the step's Q and of its dO, are four boxes; offsets in bytes from the start of the
-// shared storage.
-struct BwdDqJobSplitD {
-  static constexpr int kBoxes = 4;
+  static constexpr int kBoxes = kBoxes_;
   int crd[kBoxes][4];
   int offset[kBoxes];
   int* sem;
@@ -135,7 +127,7 @@ struct ConfigBwd {
                 "setmaxnreg cannot hand out more registers than the launch gave the block");
   // dQ = dS·K over all kBlockN keys, split between the warpgroups into (64 rows, kDqN columns)
   // tiles: by columns in a 64-row block (d 128: 64 each), by rows in a 128-row one (d 64: rows
-  // [64w, 64w + 64), all columns), so each is an n64 GEMM and one (64, 64) reduce-add box.
+  // [64w, 64w + 64), all columns), so each is an n64 GEMM and one (64, 64) fp32 staging tile.
   static constexpr bool kDqSplitRows = kBlockM == 128;
   static constexpr int kDqRows = 64;
   static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kMmaWarpGroups;
@@ -167,6 +159,9 @@ struct ConfigBwd {
   using SmemLayoutKDqt = decltype(composition(
       SmemLayoutKDq{}, make_ordered_layout(Shape<Int<kDqN>, Int<kBlockN>>{}, Step<_2, _1>{})));
   static constexpr int kKDqOffset = kDqSplitRows ? 0 : kBlockN * kDqN;  // per warpgroup
+  // dQ jobs (and their mbarriers) per warpgroup: the staging buffer comes back only once its
+  // writer read the job, so one is enough.
+  static constexpr int kDqJobs = 1;
   // dQ's fp32 staging: one (64, kDqN) buffer per warpgroup, 128-byte swizzled (32 floats per
   // atom row), the box of its TMA reduce-add.
   using SmemLayoutDq =
@@ -185,8 +180,8 @@ struct ConfigBwd {
     BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;
     // Per MMA warpgroup: its dQ staged, one arrival per warp (the buffer's way back is a named
     // barrier, kernel_bwd_sm90.cuh).
-    alignas(8) uint64_t dq_staged[kMmaWarpGroups];
-    BwdDqJob dq_job[kMmaWarpGroups];
+    alignas(8) uint64_t dq_staged[kMmaWarpGroups][kDqJobs];
+    BwdDqJob<2> dq_job[kMmaWarpGroups][kDqJobs];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");
@@ -277,7 +272,7 @@ struct ConfigBwdSplitD {
     BwdSync<typename Tma::PipelineQ, kMmaWarpGroups> sync;
     // Per MMA warpgroup and job: its dQ staged (one arrival per warp), and the job.
     alignas(8) uint64_t dq_staged[kMmaWarpGroups][kDqJobs];
-    BwdDqJobSplitD dq_job[kMmaWarpGroups][kDqJobs];
+    BwdDqJob<4> dq_job[kMmaWarpGroups][kDqJobs];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");

@@ -187,12 +187,8 @@ __device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsB
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     for (int w = 0; w < C::kMmaWarpGroups; ++w) {  // dQ's hand-over to the writer warps
-      if constexpr (C::kSplitD) {
-        for (int j = 0; j < C::kDqJobs; ++j) {
-          cutlass::arch::ClusterBarrier::init(&ss.dq_staged[w][j], 4);  // a warp of w each
-        }
-      } else {
-        cutlass::arch::ClusterBarrier::init(&ss.dq_staged[w], 4);  // a warp of w each
+      for (int j = 0; j < C::kDqJobs; ++j) {
+        cutlass::arch::ClusterBarrier::init(&ss.dq_staged[w][j], 4);  // a warp of w each
       }
     }
   }
@@ -377,13 +373,13 @@ __device__ __forceinline__ int* add_dq_job(const Job& job, const void* tma_desc,
 }
 
 // Warp 1 + w of the producer warpgroup (24 registers), the dQ writer of MMA warpgroup w (d 64/128):
-// per step, once the warpgroup staged its dQ tile (mbarrier dq_staged[w]), one TMA reduce-add of it
-// into the fp32 accumulator at the coordinates it left in dq_job (rows past the sequence add
+// per step, once the warpgroup staged its dQ tile (mbarrier dq_staged[w][0]), the TMA reduce-adds
+// of it into the fp32 accumulator at the boxes it left in dq_job (rows past the sequence add
 // zeros; past the tensor they are clipped) — in deterministic mode after waiting for this key
-// block's turn at the tile's semaphore, handed on once the add completed — and the buffer
-// released (named barrier kBwdDqFree0 + w) as soon as the add has read it. So the turn's wait, the
-// issue and the completion are off the MMA warpgroup's path: it only waits if the last add has not
-// read the buffer a step later.
+// block's turn at the tile's semaphore, handed on once the adds completed — and the buffer
+// released (named barrier kBwdDqFree0 + w) as soon as the adds have read it. So the turn's wait,
+// the issue and the completion are off the MMA warpgroup's path: it only waits if the last add has
+// not read the buffer a step later.
 template <class C>
 __device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
                                               typename C::SharedStorage& ss, int steps, int w) {
@@ -394,10 +390,10 @@ __device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
   named_barrier_arrive(kBwdDqFree0 + w, kBwdDqFreeThreads);  // the buffer starts free
 #pragma unroll 1
   for (int i = 0; i < steps; ++i) {
-    Barrier::wait(&ss.dq_staged[w], i & 1);
+    Barrier::wait(&ss.dq_staged[w][0], i & 1);
     int* sem = nullptr;
     int turn = 0;
-    if (leader) sem = add_dq_job(ss.dq_job[w], params.tma_dq.get_tma_descriptor(), staged, turn);
+    if (leader) sem = add_dq_job(ss.dq_job[w][0], params.tma_dq.get_tma_descriptor(), staged, turn);
     __syncwarp();
     // The warpgroup syncs once per step: no arrival past its last.
     if (i + 1 < steps) named_barrier_arrive(kBwdDqFree0 + w, kBwdDqFreeThreads);
@@ -405,9 +401,48 @@ __device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
   }
 }
 
-// What the writer warp needs to add MMA warpgroup wg's staged dQ tile of query head h, query
-// block m into the accumulator: the reduce-add's TMA coordinates and (deterministic) the tile's
-// semaphore and this key block's turn at it. Written by the warpgroup's first thread.
+// Boxes [first, first + 2) of a dQ job: the TMA boxes of the staged (64, 64) fp32 tile sdq and of
+// its tile gdq of the accumulator, their places in T's from `base` (add_dq_job's `staged`).
+template <class C, class Job, class SmemDq, class GmemDq, class T>
+__device__ __forceinline__ void dq_job_boxes(const ParamsBwd<C>& params, Job& job, int first,
+                                             const SmemDq& sdq, const GmemDq& gdq, const T* base) {
+  // The TMA's views of both tiles, ((box, boxes)).
+  auto [g_v, s_v] = tma_partition(params.tma_dq, _0{}, Layout<_1>{}, group_modes<0, 2>(sdq),
+                                  group_modes<0, 2>(gdq));
+  Tensor g = tensor<0>(g_v);
+  Tensor sm = tensor<0>(s_v);
+  static_assert(decltype(size<1>(sm))::value == 2, "a (64, 64) fp32 tile is two boxes");
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const auto crd = g(_, x).data().coord_;
+    static_assert(tuple_size<std::remove_cv_t<decltype(crd)>>::value == 4, "a 4-d TMA box");
+    job.crd[first + x][0] = get<0>(crd);
+    job.crd[first + x][1] = get<1>(crd);
+    job.crd[first + x][2] = get<2>(crd);
+    job.crd[first + x][3] = get<3>(crd);
+    job.offset[first + x] =
+        static_cast<int>(reinterpret_cast<const T*>(raw_pointer_cast(sm(_, x).data())) - base);
+  }
+}
+
+// A dQ job's deterministic part: the semaphore of (head h, query block m, warpgroup wg's tile)
+// and this key block's turn at it (worked out at the step's start), or none.
+template <class C, class Job>
+__device__ __forceinline__ void dq_job_turn(const ParamsBwd<C>& params,
+                                            const typename C::SharedStorage& ss, Job& job, int b,
+                                            int h, int m, int wg) {
+  job.sem = nullptr;
+  job.turn = 0;
+  if (params.bp.deterministic) {
+    job.sem = params.ws.sems +
+              (static_cast<int64_t>(h) * params.bp.fwd.batch + b) * params.ws.m_blocks +
+              m * (C::kBlockM / bwd::kMinBlockM) + wg;
+    job.turn = ss.sync.dq_next_turn[wg];
+  }
+}
+
+// The job of MMA warpgroup wg's staged dQ tile of query head h, query block m (d 64/128), by
+// the warpgroup's first thread.
 template <class C, class SmemDq>
 __device__ __forceinline__ void post_dq_job(const ParamsBwd<C>& params,
                                             typename C::SharedStorage& ss,
@@ -418,33 +453,9 @@ __device__ __forceinline__ void post_dq_job(const ParamsBwd<C>& params,
   Tensor gdQ = local_tile(domain_offset(make_coord(wk.seq_kv.token_q + m * C::kBlockM, _0{}),
                                         mdQ(_, _, h, wk.batch_index)),
                           Shape<Int<C::kDqRows>, Int<C::kDqN>>{}, make_coord(row_tile, col_tile));
-  // The TMA's views of the global tile and of the staged one, ((box, boxes)): a 128-byte swizzle
-  // limits a box to 32 floats a row, so a (64, 64) tile is two boxes.
-  auto [dq_gmem_v, dq_smem_v] = tma_partition(params.tma_dq, _0{}, Layout<_1>{},
-                                              group_modes<0, 2>(sdQw), group_modes<0, 2>(gdQ));
-  Tensor dq_gmem = tensor<0>(dq_gmem_v);
-  Tensor dq_smem = tensor<0>(dq_smem_v);
-  static_assert(decltype(size<1>(dq_smem))::value == BwdDqJob::kBoxes, "the job's boxes");
-  BwdDqJob& job = ss.dq_job[wg];
-  const float* staged = raw_pointer_cast(sdQw.data());
-#pragma unroll
-  for (int x = 0; x < BwdDqJob::kBoxes; ++x) {
-    const auto crd = dq_gmem(_, x).data().coord_;
-    static_assert(tuple_size<std::remove_cv_t<decltype(crd)>>::value == 4, "a 4-d TMA box");
-    job.crd[x][0] = get<0>(crd);
-    job.crd[x][1] = get<1>(crd);
-    job.crd[x][2] = get<2>(crd);
-    job.crd[x][3] = get<3>(crd);
-    job.offset[x] = static_cast<int>(raw_pointer_cast(dq_smem(_, x).data()) - staged);
-  }
-  job.sem = nullptr;
-  job.turn = 0;
-  if (params.bp.deterministic) {
-    job.sem = params.ws.sems +
-              (static_cast<int64_t>(h) * params.bp.fwd.batch + wk.b) * params.ws.m_blocks +
-              m * (C::kBlockM / bwd::kMinBlockM) + wg;
-    job.turn = ss.sync.dq_next_turn[wg];
-  }
+  auto& job = ss.dq_job[wg][0];
+  dq_job_boxes<C>(params, job, 0, sdQw, gdQ, raw_pointer_cast(sdQw.data()));
+  dq_job_turn<C>(params, ss, job, wk.b, h, m, wg);
 }
 
 // The MMA warpgroups of the d 64/128 kernel (the top says what a step does).
@@ -575,7 +586,7 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     tma_store_fence();  // the writes, visible to the TMA unit
     if (wtid == 0) post_dq_job<C>(params, ss, wk, sdQw, h, m, wg);
     __syncwarp();
-    if (wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.dq_staged[wg]);
+    if (wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.dq_staged[wg][0]);
     warpgroup_wait<0>();  // dK: this step's Q and dO are read
     warpgroup_fence_operand(tdKrdK);
     pipe.consumer_release(state);

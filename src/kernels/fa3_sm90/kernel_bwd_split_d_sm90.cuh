@@ -38,7 +38,7 @@ __device__ __forceinline__ void bwd_dq_writer_split_d(const ParamsBwd<C>& params
                                                       typename C::Tma::PipelineQ& pipe, int steps,
                                                       int w) {
   using Barrier = cutlass::arch::ClusterBarrier;
-  const char* base = reinterpret_cast<const char*>(&ss);
+  const char* base = reinterpret_cast<const char*>(&ss);  // the jobs' offsets are from here
   const bool leader = threadIdx.x % 32 == 0;
   cutlass::PipelineState<C::kStages> stage;
 #pragma unroll 1
@@ -53,33 +53,6 @@ __device__ __forceinline__ void bwd_dq_writer_split_d(const ParamsBwd<C>& params
     }
     __syncwarp();
     if (leader) release_turn(sem, turn);  // deterministic: the next key block's turn
-  }
-}
-
-// Boxes [first, first + 2) of a split-D dQ job: the TMA boxes of the staged (64, 64) fp32 tile
-// sdq and of its tile gdq of the accumulator.
-template <class C, class SmemDq, class GmemDq>
-__device__ __forceinline__ void dq_job_boxes(const ParamsBwd<C>& params,
-                                             const typename C::SharedStorage& ss,
-                                             BwdDqJobSplitD& job, int first, const SmemDq& sdq,
-                                             const GmemDq& gdq) {
-  // The TMA's views of both tiles, ((box, boxes)).
-  auto [g_v, s_v] = tma_partition(params.tma_dq, _0{}, Layout<_1>{}, group_modes<0, 2>(sdq),
-                                  group_modes<0, 2>(gdq));
-  Tensor g = tensor<0>(g_v);
-  Tensor sm = tensor<0>(s_v);
-  static_assert(decltype(size<1>(sm))::value == 2, "a (64, 64) fp32 tile is two boxes");
-  const char* base = reinterpret_cast<const char*>(&ss);
-#pragma unroll
-  for (int x = 0; x < 2; ++x) {
-    const auto crd = g(_, x).data().coord_;
-    static_assert(tuple_size<std::remove_cv_t<decltype(crd)>>::value == 4, "a 4-d TMA box");
-    job.crd[first + x][0] = get<0>(crd);
-    job.crd[first + x][1] = get<1>(crd);
-    job.crd[first + x][2] = get<2>(crd);
-    job.crd[first + x][3] = get<3>(crd);
-    job.offset[first + x] =
-        static_cast<int>(reinterpret_cast<const char*>(raw_pointer_cast(sm(_, x).data())) - base);
   }
 }
 
@@ -214,15 +187,10 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
           domain_offset(make_coord(wk.seq_kv.token_q + row0, _0{}), mdQ(_, _, h, wk.batch_index)),
           Shape<_64, Int<kDqBox>>{}, make_coord(_0{}, _));
       auto& job = ss.dq_job[wg][i % C::kDqJobs];
-      dq_job_boxes<C>(params, ss, job, 0, sdQ0, gdQ(_, _, 2 * wg));
-      dq_job_boxes<C>(params, ss, job, 2, sdQ1, gdQ(_, _, 2 * wg + 1));
-      job.sem = nullptr;
-      job.turn = 0;
-      if (bp.deterministic) {
-        job.sem = params.ws.sems + (static_cast<int64_t>(h) * p.batch + wk.b) * params.ws.m_blocks +
-                  m * (kBlockM / bwd::kMinBlockM) + wg;
-        job.turn = ss.sync.dq_next_turn[wg];
-      }
+      const char* base = reinterpret_cast<const char*>(&ss);
+      dq_job_boxes<C>(params, job, 0, sdQ0, gdQ(_, _, 2 * wg), base);
+      dq_job_boxes<C>(params, job, 2, sdQ1, gdQ(_, _, 2 * wg + 1), base);
+      dq_job_turn<C>(params, ss, job, wk.b, h, m, wg);
     }
     __syncwarp();
     if (wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.dq_staged[wg][i % C::kDqJobs]);
