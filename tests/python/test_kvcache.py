@@ -372,10 +372,12 @@ def test_fp8_cache_bad_arguments(change, says):
 @pytest.mark.parametrize("d", [128, 96, 192])
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("page_size", [0, 16])
-def test_fp8_cache_equals_sixteen_bit_on_the_dequantised_cache(per_head, page_size, d):
-    """With power-of-two scales the e4m3 cache's values are exact in bf16: the FP8 call must equal,
-    bitwise, the bf16 call on the dequantised cache (fixed splits), and the appended rows must be
-    e4m3 of (k / scale) rounded to nearest even (torch's cast; values kept inside +-448)."""
+def test_fp8_cache_matches_the_reference_on_the_dequantised_cache(per_head, page_size, d):
+    """With power-of-two scales the e4m3 cache's values are exact in bf16: the FP8 call and the
+    bf16 call on the dequantised cache must both meet the oracle on that cache (not bitwise
+    equal: the FP8 kernel sums its MMAs in another order and runs P·V in fp16), and the appended
+    rows must be e4m3 of (k / scale) rounded to nearest even (torch's cast; values kept inside
+    +-448)."""
     torch.manual_seed(20)
     b, hq, hkv, cap = 2, 8, 2, 96
     ks = torch.tensor([0.5, 2.0] if per_head else [0.5], device="cuda")
@@ -407,4 +409,13 @@ def test_fp8_cache_equals_sixteen_bit_on_the_dequantised_cache(per_head, page_si
     k16, v16 = deq(k8, head_k), deq(v8, head_v)  # the cache after the append, dequantised
     out16 = flash_attn_with_kvcache(q, k16, v16, cache_seqlens=seqlens + 1, block_table=table,
                                     causal=True, num_splits=3)
-    assert torch.equal(out8.view(torch.int16), out16.view(torch.int16))
+    for i in range(b):
+        n = int(seqlens[i]) + 1
+        if page_size:
+            pages = table[i, :(n + page_size - 1) // page_size].long()
+            kb = k16[pages].reshape(-1, hkv, d)[:n].unsqueeze(0)
+            vb = v16[pages].reshape(-1, hkv, d)[:n].unsqueeze(0)
+        else:
+            kb, vb = k16[i:i + 1, :n], v16[i:i + 1, :n]
+        check(out8[i:i + 1], None, q[i:i + 1], kb, vb, causal=True)
+        check(out16[i:i + 1], None, q[i:i + 1], kb, vb, causal=True)

@@ -8,9 +8,19 @@
 // (one split) or an fp32 partial and its log2-LSE for the combine kernel.
 //
 // FP8 KV cache (kKvE4m3): the ring holds e4m3 tiles (one byte per element: half the bytes per
-// tile); each warp widens the tile it is about to use into its own Element tile (exact: every
-// e4m3 value is a bf16 and an fp16 value), which the unchanged ldmatrix/mma path reads, and the
-// scales are applied in fp32: k_scale to S (folded into the softmax scale), v_scale to O.
+// tile), read straight into the MMA fragments, widened in registers, with no shared-memory round
+// trip (swizzle.h lays the tiles out for these reads):
+//  - S = Q·Kᵀ in the input precision. The head dimension of Q and K may be permuted freely (the
+//    same way for both), so each lane's B fragment for one k16 step is four consecutive bytes of
+//    its key row, and 16 bytes (one load) serve four steps; Q's fragments are built once in the
+//    same permutation. e4m3 -> fp16 is one cvt per pair; e4m3 -> bf16 is bit moves and one exact
+//    multiply by 2^120 per pair (sm_90 has no e4m3 -> bf16 cvt).
+//  - O += P·V in fp16 whatever the input type (P in [0, 1] loses less in fp16 than in bf16; every
+//    e4m3 value is an fp16 value). The output dimension of V is permuted instead: lane g's B
+//    fragments take dimension g·hd/8 + n of block n, so a lane reads hd/8 consecutive bytes of each
+//    of its four key rows, pairs them with byte permutes and converts with one cvt per pair; O's
+//    columns are put back in place when the warps merge.
+//  - k_scale is folded into the softmax scale, v_scale into the final normalisation.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,7 +58,7 @@ struct Config {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row of Q (Element)
   static constexpr int kKvChunks = kHeadDim * int(sizeof(KvStore)) / 16;  // ... of the cache
-  static constexpr int kTile = kBlockN * kHeadDim;  // elements of one K (or V) tile
+  static constexpr int kTile = kBlockN * kHeadDim;         // elements of one K (or V) tile
   static constexpr int kStages = decode_stages(kHeadDim);  // either cache (tile_size.h)
   static constexpr int kCopiesPerLane = kBlockN * kKvChunks / 32;
   // Q fragments stay in registers up to hd 128 (32 registers); at 256 they would push the warp
@@ -58,59 +68,58 @@ struct Config {
   static constexpr int kMergeStride = kHeadDim + 4;  // floats; +4 staggers rows across banks
   static constexpr int kQBytes = kRows * kHeadDim * 2;
   static constexpr int kPipeBytes = kWarps * kStages * 2 * kTile * int(sizeof(KvStore));
-  // e4m3: each warp's widened tile, after its ring: K for S, then V for P·V in the same place.
-  static constexpr int kWideBytes = kKvE4m3 ? kWarps * kTile * 2 : 0;
-  static constexpr int kLoopBytes = kPipeBytes + kWideBytes;
+  // e4m3 fragment reads: S's bytes per lane per group of 4·kQkBytes dimensions (kQkBytes / 4 k16
+  // steps); P·V's bytes per lane per key row, read in kVUnit-byte loads.
+  static constexpr int kQkBytes = kHeadDim % 64 == 0 ? 16 : 8;
+  static constexpr int kVBytes = kHeadDim / 8;
+  static constexpr int kVUnit = kVBytes % 16 == 0 ? 16 : kVBytes % 8 == 0 ? 8 : 4;
+  // e4m3 with Q re-read every tile (hd > 128): Q's fragments, built once, after the ring.
+  static constexpr int kQFragBytes = kKvE4m3 && !kQInRegisters ? 32 * kHeadDim : 0;
+  static constexpr int kLoopBytes = kPipeBytes + kQFragBytes;
   static constexpr int kMergeBytes = kWarps * kRows * (kMergeStride + 2) * 4;
   static constexpr int kSmemBytes = kQBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
 };
 
-// Element offset of 16-byte chunk `chunk` of cache row `row` in a ring tile: the swizzle for
-// 16-bit tiles (ldmatrix reads them); e4m3 tiles are plain rows (each lane reads back the 16-byte
-// chunks it copied, eight consecutive chunks per 128-byte phase: no bank conflicts).
-template <class C>
-__device__ __forceinline__ int kv_offset(int row, int chunk) {
-  if constexpr (C::kKvE4m3) {
-    return row * C::kHeadDim + chunk * 16;
+// Byte loads of the e4m3 path: kBytes (4, 8 or 16) at an aligned shared-memory address.
+template <int kBytes>
+__device__ __forceinline__ void load_shared(const uint8_t* p, uint32_t* w) {
+  if constexpr (kBytes == 16) {
+    const uint4 x = *reinterpret_cast<const uint4*>(p);
+    w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+  } else if constexpr (kBytes == 8) {
+    const uint2 x = *reinterpret_cast<const uint2*>(p);
+    w[0] = x.x, w[1] = x.y;
   } else {
-    return swizzle<C::kHeadDim>(row, chunk);
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
   }
 }
 
-// Two e4m3 values (low byte first) as two Elements, packed as pack2 packs them. Exact.
-template <typename Element>
-__device__ __forceinline__ uint32_t widen_e4m3x2(uint32_t two) {
+// Two e4m3 values (bits 0-7 and 8-15 of `two`) as an fp16 pair. Exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t two) {
   const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-  if constexpr (std::is_same_v<Element, __half>) {
-    return uint32_t(h.x) | (uint32_t(h.y) << 16);
-  } else {
-    const float2 f = __half22float2(__half2(h));
-    return pack2<Element>(f.x, f.y);
-  }
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
-// One e4m3 tile of the ring into the warp's Element tile (the swizzled layout ldmatrix reads):
-// each lane widens the 16-byte chunks it copied.
-template <class C>
-__device__ __forceinline__ void widen_tile(const uint8_t* src, typename C::Element* dst, int lane) {
-  using Element = typename C::Element;
-#pragma unroll
-  for (int i = 0; i < C::kCopiesPerLane; ++i) {
-    const int flat = lane + 32 * i;
-    const int row = flat / C::kKvChunks, c = flat % C::kKvChunks;
-    const uint4 raw = *reinterpret_cast<const uint4*>(src + kv_offset<C>(row, c));
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t out[8];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      out[2 * k] = widen_e4m3x2<Element>(w[k] & 0xffffu);
-      out[2 * k + 1] = widen_e4m3x2<Element>(w[k] >> 16);
-    }
-    *reinterpret_cast<uint4*>(dst + swizzle<C::kHeadDim>(row, 2 * c)) =
-        make_uint4(out[0], out[1], out[2], out[3]);
-    *reinterpret_cast<uint4*>(dst + swizzle<C::kHeadDim>(row, 2 * c + 1)) =
-        make_uint4(out[4], out[5], out[6], out[7]);
+// Four e4m3 bytes of K as S's B operand: b0 = (byte 0, byte 2), b1 = (byte 1, byte 3), in
+// Element. Exact. bf16: a byte's sign and 7 exponent-mantissa bits moved into bf16's places
+// read as the value times 2^-120 (e4m3's subnormals become bf16 subnormals, still exact), and one
+// bf16x2 multiply by 2^120 restores it.
+template <typename Element>
+__device__ __forceinline__ void e4m3x4_to_k_operand(uint32_t w, uint32_t& b0, uint32_t& b1) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    const uint32_t p = __byte_perm(w, 0u, 0x3120);  // bytes 0, 2, 1, 3
+    b0 = e4m3x2_to_half2(p);
+    b1 = e4m3x2_to_half2(p >> 16);
+  } else {
+    const uint32_t lo = ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u);  // bytes 0, 2
+    const uint32_t hi = ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u);         // bytes 1, 3
+    const __nv_bfloat162 two120 = __halves2bfloat162(__ushort_as_bfloat16(0x7b80),
+                                                     __ushort_as_bfloat16(0x7b80));  // 2^120
+    const __nv_bfloat162 x0 = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&lo), two120);
+    const __nv_bfloat162 x1 = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&hi), two120);
+    b0 = *reinterpret_cast<const uint32_t*>(&x0);
+    b1 = *reinterpret_cast<const uint32_t*>(&x1);
   }
 }
 
@@ -216,20 +225,24 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
         }
       }
       if (!ok) k_off = v_off = 0;
-      cp_async_16_hint(ks + kv_offset<C>(row, c), k_base + k_off + c * kPerChunk, ok, kv_policy);
-      cp_async_16_hint(vs + kv_offset<C>(row, c), v_base + v_off + c * kPerChunk, ok, kv_policy);
+      int k_at, v_at;  // elements (of KvStore) into the K and V tiles
+      if constexpr (C::kKvE4m3) {
+        k_at = e4m3_k_offset<kD>(row, 16 * c);
+        v_at = e4m3_v_offset<kD>(row, 16 * c);
+      } else {
+        k_at = v_at = swizzle<kD>(row, c);
+      }
+      cp_async_16_hint(ks + k_at, k_base + k_off + c * kPerChunk, ok, kv_policy);
+      cp_async_16_hint(vs + v_at, v_base + v_off + c * kPerChunk, ok, kv_policy);
     }
   };
 
-  // FP8 cache: this KV head's scales (k on S, folded into the softmax scale; v on O), and the
-  // warp's Element tiles the widened K and V go to.
+  // FP8 cache: this KV head's scales (k on S, folded into the softmax scale; v on O).
   float k_scale = 1.f, v_scale = 1.f;
-  Element* wide = nullptr;
   if constexpr (C::kKvE4m3) {
     const int si = p.kv_scale_per_head ? hk : 0;
     k_scale = p.k_scale[si];
     v_scale = p.v_scale[si];
-    wide = reinterpret_cast<Element*>(smem + C::kQBytes + C::kPipeBytes) + warp * C::kTile;
   }
   const float softcap_scale = p.softcap_scale * k_scale;
   const float scale_log2 = p.softcap > 0.f ? p.scale_log2 : p.scale_log2 * k_scale;
@@ -248,15 +261,47 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   // (keys 0-7 | 8-15), matching the fragment orders of ptx_sm80.cuh.
   const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
   const int k_row = (lane & 7) + (lane >> 4) * 8, k_chunk = (lane >> 3) & 1;
-  uint32_t qf[C::kQInRegisters ? kD / 16 : 1][4];
-  if constexpr (C::kQInRegisters) {
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      ldsm_x4(q_s + swizzle<kD>(a_row, 2 * kk + a_chunk), qf[kk]);
-  }
-
   // This lane's two rows (g, g + 8) of the tile and the query index each belongs to.
   const int g = lane >> 2, t4 = lane & 3;
+  uint32_t qf[C::kQInRegisters ? kD / 16 : 1][4];
+  // e4m3: Q's fragment for k16 step kk, in the permuted head dimension of the fragment reads
+  // (kernel comment): a[0] / a[2] of row g hold dimensions (d, d + 2) / (d + 1, d + 3), d =
+  // qk_dim(kk) (a[1], a[3]: row g + 8), matching e4m3x4_to_k_operand's byte pairs.
+  constexpr int kStepsPerGroup = C::kQkBytes / 4;
+  auto qk_dim = [&](int kk) {
+    return (kk / kStepsPerGroup) * 4 * C::kQkBytes + t4 * C::kQkBytes + (kk % kStepsPerGroup) * 4;
+  };
+  auto q_fragment_e4m3 = [&](int kk, uint32_t(&a)[4]) {
+    const int d = qk_dim(kk);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint2 x = *reinterpret_cast<const uint2*>(q_s + swizzle<kD>(g + 8 * h, d / 8) + d % 8);
+      a[h] = __byte_perm(x.x, x.y, 0x5410);
+      a[2 + h] = __byte_perm(x.x, x.y, 0x7632);
+    }
+  };
+  uint32_t* q_frag = reinterpret_cast<uint32_t*>(smem + C::kQBytes + C::kPipeBytes);
+  if constexpr (C::kQInRegisters) {
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      if constexpr (C::kKvE4m3) {
+        q_fragment_e4m3(kk, qf[kk]);
+      } else {
+        ldsm_x4(q_s + swizzle<kD>(a_row, 2 * kk + a_chunk), qf[kk]);
+      }
+    }
+  } else if constexpr (C::kKvE4m3) {
+    // Built once into shared memory in fragment order (one 16-byte load per step and lane).
+    if (warp == 0) {
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t a[4];
+        q_fragment_e4m3(kk, a);
+        *reinterpret_cast<uint4*>(q_frag + (kk * 32 + lane) * 4) =
+            make_uint4(a[0], a[1], a[2], a[3]);
+      }
+    }
+    __syncthreads();
+  }
   const int qi_row[2] = {(r0 + g) / p.group, (r0 + g + 8) / p.group};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
   float acc[kD / 8][4];
@@ -271,32 +316,54 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     __syncwarp();  // every lane's copies of tile i have landed
     if (i == 0) FA_TRACE(kTraceSplit, 2, 0);
     const KvStore* k_ring = ring + (i % C::kStages) * 2 * C::kTile;
-    const Element* ks;
-    const Element* vs;
-    if constexpr (C::kKvE4m3) {
-      widen_tile<C>(k_ring, wide, lane);  // K now, V after S (below) in the same tile
-      __syncwarp();                       // every lane's chunks are widened
-      ks = wide;
-      vs = wide;
-    } else {
-      ks = k_ring;
-      vs = k_ring + C::kTile;
-    }
+    const KvStore* v_ring = k_ring + C::kTile;
 
     // S = Q·Kᵀ: s[n] holds keys n*8 .. n*8+7 of rows g (s[n][0..1]) and g+8 (s[n][2..3]).
     float s[2][4] = {};
+    if constexpr (C::kKvE4m3) {
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[4], bk[4];
-      if constexpr (C::kQInRegisters) {
+      for (int grp = 0; grp < kD / (4 * C::kQkBytes); ++grp) {
+        uint32_t kw[2][kStepsPerGroup];  // keys g and g + 8
 #pragma unroll
-        for (int x = 0; x < 4; ++x) a[x] = qf[kk][x];
-      } else {
-        ldsm_x4(q_s + swizzle<kD>(a_row, 2 * kk + a_chunk), a);
+        for (int h = 0; h < 2; ++h) {
+          load_shared<C::kQkBytes>(
+              k_ring + e4m3_k_offset<kD>(g + 8 * h, grp * 4 * C::kQkBytes + t4 * C::kQkBytes),
+              kw[h]);
+        }
+#pragma unroll
+        for (int u = 0; u < kStepsPerGroup; ++u) {
+          const int kk = grp * kStepsPerGroup + u;
+          uint32_t a[4];
+          if constexpr (C::kQInRegisters) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) a[x] = qf[kk][x];
+          } else {
+            const uint4 x = *reinterpret_cast<const uint4*>(q_frag + (kk * 32 + lane) * 4);
+            a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w;
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t b0, b1;
+            e4m3x4_to_k_operand<Element>(kw[h][u], b0, b1);
+            mma_16816<Element>(s[h], a, b0, b1);
+          }
+        }
       }
-      ldsm_x4(ks + swizzle<kD>(k_row, 2 * kk + k_chunk), bk);
-      mma_16816<Element>(s[0], a, bk[0], bk[1]);
-      mma_16816<Element>(s[1], a, bk[2], bk[3]);
+    } else {
+      const Element* ks = k_ring;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t a[4], bk[4];
+        if constexpr (C::kQInRegisters) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) a[x] = qf[kk][x];
+        } else {
+          ldsm_x4(q_s + swizzle<kD>(a_row, 2 * kk + a_chunk), a);
+        }
+        ldsm_x4(ks + swizzle<kD>(k_row, 2 * kk + k_chunk), bk);
+        mma_16816<Element>(s[0], a, bk[0], bk[1]);
+        mma_16816<Element>(s[1], a, bk[2], bk[3]);
+      }
     }
 
     // Scale into the log2 domain (soft-capped first: tanh(S · softcap_scale) · softcap·log2e),
@@ -341,20 +408,45 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     }
 
     if constexpr (C::kKvE4m3) {
-      __syncwarp();  // every lane's ldmatrix of K is done: V takes its place
-      widen_tile<C>(k_ring + C::kTile, wide, lane);
-      __syncwarp();
-    }
-
-    // O += P·V with P (rounded to Element) as the A operand, straight from the S accumulators.
-    const uint32_t pa[4] = {pack2<Element>(s[0][0], s[0][1]), pack2<Element>(s[0][2], s[0][3]),
-                            pack2<Element>(s[1][0], s[1][1]), pack2<Element>(s[1][2], s[1][3])};
+      // O += P·V in fp16: P from the S accumulators; V's B fragments for block n (output
+      // dimension g·kD/8 + n) from byte n of the lane's kD/8 bytes of keys 2t, 2t+1 (b0) and
+      // 2t+8, 2t+9 (b1), paired by byte permutes.
+      const uint32_t pa[4] = {pack2<__half>(s[0][0], s[0][1]), pack2<__half>(s[0][2], s[0][3]),
+                              pack2<__half>(s[1][0], s[1][1]), pack2<__half>(s[1][2], s[1][3])};
+      uint32_t vw[4][C::kVBytes / 4];  // keys 2t, 2t + 1, 2t + 8, 2t + 9
 #pragma unroll
-    for (int dj = 0; dj < kD / 16; ++dj) {
-      uint32_t bv[4];
-      ldsm_x4_trans(vs + swizzle<kD>(a_row, 2 * dj + a_chunk), bv);
-      mma_16816<Element>(acc[2 * dj], pa, bv[0], bv[1]);
-      mma_16816<Element>(acc[2 * dj + 1], pa, bv[2], bv[3]);
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int u = 0; u < C::kVBytes / C::kVUnit; ++u) {
+          const int key = 2 * t4 + (j & 1) + (j >> 1) * 8;
+          load_shared<C::kVUnit>(v_ring + e4m3_v_offset<kD>(key, g * C::kVBytes + u * C::kVUnit),
+                                 &vw[j][u * C::kVUnit / 4]);
+        }
+#pragma unroll
+      for (int w = 0; w < C::kVBytes / 4; ++w) {
+        const uint32_t lo[2] = {__byte_perm(vw[0][w], vw[1][w], 0x5140),
+                                __byte_perm(vw[0][w], vw[1][w], 0x7362)};
+        const uint32_t hi[2] = {__byte_perm(vw[2][w], vw[3][w], 0x5140),
+                                __byte_perm(vw[2][w], vw[3][w], 0x7362)};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int shift = (e & 1) * 16;
+          mma_16816<__half>(acc[4 * w + e], pa, e4m3x2_to_half2(lo[e >> 1] >> shift),
+                            e4m3x2_to_half2(hi[e >> 1] >> shift));
+        }
+      }
+    } else {
+      // O += P·V with P (rounded to Element) as the A operand, straight from the S accumulators.
+      const Element* vs = v_ring;
+      const uint32_t pa[4] = {pack2<Element>(s[0][0], s[0][1]), pack2<Element>(s[0][2], s[0][3]),
+                              pack2<Element>(s[1][0], s[1][1]), pack2<Element>(s[1][2], s[1][3])};
+#pragma unroll
+      for (int dj = 0; dj < kD / 16; ++dj) {
+        uint32_t bv[4];
+        ldsm_x4_trans(vs + swizzle<kD>(a_row, 2 * dj + a_chunk), bv);
+        mma_16816<Element>(acc[2 * dj], pa, bv[0], bv[1]);
+        mma_16816<Element>(acc[2 * dj + 1], pa, bv[2], bv[3]);
+      }
     }
     __syncwarp();  // all lanes are done with this stage before it is refilled
   }
@@ -381,6 +473,16 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   float* ml = merge + kWarps * kRows * C::kMergeStride;  // [warp][row][m, l]
 #pragma unroll
   for (int n = 0; n < kD / 8; ++n) {
+    if constexpr (C::kKvE4m3) {  // accumulator column 2t + e of block n is dimension (2t + e)·kD/8
+                                 // + n
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = (2 * t4 + e) * (kD / 8) + n;
+        if (row_lo) mo[g * C::kMergeStride + col] = acc[n][e];
+        if (row_hi) mo[(g + 8) * C::kMergeStride + col] = acc[n][2 + e];
+      }
+      continue;
+    }
     const int col = n * 8 + 2 * t4;
     if (row_lo) {
       *reinterpret_cast<float2*>(mo + g * C::kMergeStride + col) =
@@ -423,7 +525,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     float inv = L > 0.f ? 1.f / L : 0.f;  // times v_scale below (1 for a 16-bit cache)
     const float lse2 = L > 0.f ? M + log2f(L) : kNegInf;  // the partial's, log2 units
     float lse = lse2 * kLn2;                              // the row's, one split
-    if (p.num_splits == 1 && p.sinks != nullptr) {  // else the combine adds the sink
+    if (p.num_splits == 1 && p.sinks != nullptr) {        // else the combine adds the sink
       const SinkNorm n = normalize_with_sink(L, M, p.sinks[h]);
       inv = n.inv;
       lse = n.lse;

@@ -26,3 +26,40 @@ constexpr FA_HD int swizzle(int row, int chunk) {
 }
 
 }  // namespace flashattn::decoding
+
+namespace flashattn::decoding {
+
+// e4m3 ring tiles ([16 keys][kHeadDim bytes]) are read straight into MMA fragments (kernel.cuh):
+// for S each lane reads keys g and g + 8, W = 16 (8 at hd 96) bytes per group of 4W dimensions;
+// for P·V each lane reads keys 2t, 2t + 1, 2t + 8, 2t + 9, the kHeadDim / 8 bytes at g ·
+// kHeadDim / 8. Where 16-byte chunks of a row sit is chosen per head dim so that both reads and
+// the cp.async writes (consecutive chunks) meet no bank conflict (every phase of a warp's load
+// touches distinct banks; checked by a bank model of the three access patterns, the one
+// exception being hd 96's V writes at 1.5 wavefronts per ideal one). Rows of 128k bytes XOR the
+// chunk with row bits; rows of 64, 96 or 192 bytes also swap rows 4i+1..3 pairwise by (row / 4)
+// % 2 so that the four rows a V read touches fall in both halves of a 128-byte line. Byte `byte`
+// of row `row`; returns a byte offset in the tile.
+template <int kHeadDim>
+constexpr FA_HD int e4m3_k_offset(int row, int byte) {
+  if constexpr (kHeadDim % 128 == 0) {
+    return row * kHeadDim + ((((byte >> 4) ^ ((row & 1) << 2))) << 4) + (byte & 15);
+  } else {
+    return row * kHeadDim + byte;
+  }
+}
+template <int kHeadDim>
+constexpr FA_HD int e4m3_v_offset(int row, int byte) {
+  const int chunk = byte >> 4, in = byte & 15;
+  if constexpr (kHeadDim == 128) {
+    return row * kHeadDim + ((chunk ^ (row & 7)) << 4) + in;
+  } else if constexpr (kHeadDim == 256) {
+    return row * kHeadDim + ((chunk ^ (((row & 3) << 1) ^ ((row >> 2) & 1))) << 4) + in;
+  } else {
+    static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 192, "e4m3 decode head dim");
+    const int slot = row ^ ((row >> 2) & 1);
+    const int x = kHeadDim == 96 ? 0 : (row & 3);
+    return slot * kHeadDim + ((chunk ^ x) << 4) + in;
+  }
+}
+
+}  // namespace flashattn::decoding

@@ -24,8 +24,8 @@ constexpr int decode_stages(int head_dim) {
 // Measured (H100, 2026-11-25, b8/8k hd128, ncu): the first FP8 build (16-bit depths, widened K and
 // V tiles per warp, 84 KB, two blocks per SM) issued on 47% of cycles with DRAM at 48%; doubling
 // the bytes in flight (2·stages − 1 stages, 100 KB) changed nothing (0.74-0.84x the bf16 time
-// either way). So the block is the 16-bit depth's ring plus one widened tile per warp (K, then V
-// in its place): hd 64 42 KB, 96 57 KB, 128 68 KB (three blocks per SM where registers allow),
-// 192 78 KB, 256 104 KB.
+// either way). Its fragments are now read straight from the ring (kernel.cuh), so a block is the
+// ring, Q and, at hd 192/256, Q's fragments: hd 64 34 KB, 96 39 KB, 128 52 KB, 192 60 KB, 256 80
+// KB; registers (~160 at hd 128) hold it to three blocks per SM.
 
 }  // namespace flashattn::decoding
