@@ -61,6 +61,30 @@ TEST(DecodeSplits, DegenerateInputsGiveOneSplit) {
             1);
 }
 
+// An e4m3 cache (three blocks resident per SM at hd 128, two streaming): one wave at two blocks
+// per SM where the batch allows it, the three-per-SM rule where that would take two waves.
+TEST(DecodeSplits, E4m3PrefersOneWaveOfTwoBlocksPerSm) {
+  auto e4m3 = [](int blocks, int keys) {
+    DecodeSplitInputs in = h100(blocks, keys, 3);
+    in.stream_blocks_per_sm = flashattn::kDecodeE4m3StreamBlocksPerSm;
+    return decode_num_splits(in);
+  };
+  EXPECT_EQ(decode_num_splits(h100(8, 32768, 3)), 48);  // three per SM: 384 blocks
+  EXPECT_EQ(e4m3(8, 32768), 32);                        // two per SM: 256 blocks
+  EXPECT_EQ(e4m3(64, 8192), 4);
+  EXPECT_EQ(e4m3(32 * 8, 4096), 1);
+  EXPECT_EQ(e4m3(64 * 8, 8192), 3);    // 512 blocks: two waves of 264, so 1536 on 396 slots
+  EXPECT_EQ(e4m3(128 * 8, 2048), 3);
+  // Never more splits than the three-per-SM rule, and the grid fits one wave of two per SM or
+  // the answer is that rule's.
+  for (int blocks : {1, 2, 8, 24, 64, 100, 131, 256, 263, 264, 265, 300, 1000})
+    for (int keys : {1, 1000, 4096, 30000, 1 << 20}) {
+      const int s = e4m3(blocks, keys), plain = decode_num_splits(h100(blocks, keys, 3));
+      EXPECT_LE(s, plain) << blocks << " " << keys;
+      EXPECT_TRUE(int64_t{blocks} * s <= 2 * kH100Sms || s == plain) << blocks << " " << keys;
+    }
+}
+
 // Over a grid of shapes: within the bounds, within 5% of the best wave efficiency reachable, and
 // the fewest such splits.
 TEST(DecodeSplits, PropertiesOverAGrid) {

@@ -43,6 +43,8 @@ Status choose_splits(const DecodeParams& p, DecodeProblem& d) {
   in.key_tiles = (max_visible_keys(d) + kDecodeKeysPerTile - 1) / kDecodeKeysPerTile;
   in.num_sms = sms;
   in.blocks_per_sm = per_sm;
+  // Contiguous e4m3 caches only: paged ones ran 12-15% slower with it (decode_splits.h).
+  if (d.kv_e4m3 && !d.paged) in.stream_blocks_per_sm = kDecodeE4m3StreamBlocksPerSm;
   d.num_splits = decode_num_splits(in);
   return Status::success();
 }

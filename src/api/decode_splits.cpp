@@ -6,8 +6,9 @@
 
 namespace flashattn {
 
-int decode_num_splits(const DecodeSplitInputs& in) {
-  if (in.blocks <= 0 || in.key_tiles <= 0 || in.num_sms <= 0) return 1;
+namespace {
+
+int splits_for_slots(const DecodeSplitInputs& in) {
   const long long slots = static_cast<long long>(in.num_sms) * std::max(1, in.blocks_per_sm);
   const int max_splits = std::clamp(
       (in.key_tiles + kDecodeMinTilesPerSplit - 1) / kDecodeMinTilesPerSplit, 1, kDecodeMaxSplits);
@@ -22,6 +23,23 @@ int decode_num_splits(const DecodeSplitInputs& in) {
     if (efficiency(s) >= 0.95 * best) return s;
   }
   return 1;
+}
+
+}  // namespace
+
+int decode_num_splits(const DecodeSplitInputs& in) {
+  if (in.blocks <= 0 || in.key_tiles <= 0 || in.num_sms <= 0) return 1;
+  const int per_sm = std::max(1, in.blocks_per_sm);
+  if (in.stream_blocks_per_sm > 0 && in.stream_blocks_per_sm < per_sm) {
+    DecodeSplitInputs fewer = in;
+    fewer.blocks_per_sm = in.stream_blocks_per_sm;
+    const int s = splits_for_slots(fewer);
+    if (static_cast<long long>(in.blocks) * s <=
+        static_cast<long long>(in.num_sms) * in.stream_blocks_per_sm) {
+      return s;
+    }
+  }
+  return splits_for_slots(in);
 }
 
 }  // namespace flashattn
