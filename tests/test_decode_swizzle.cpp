@@ -94,7 +94,7 @@ void check_e4m3_layout() {
                          << ": not a permutation of the tile's chunks";
   }
   // S: lane 4g + t reads W bytes of keys g and g + 8 at group*4W + t*W.
-  constexpr int kW = kD % 64 == 0 ? 16 : 8;
+  constexpr int kW = flashattn::decoding::e4m3_qk_bytes(kD);
   for (int group = 0; group < kD / (4 * kW); ++group)
     for (int key0 : {0, 8}) {
       std::vector<int> addr;
@@ -103,8 +103,8 @@ void check_e4m3_layout() {
       EXPECT_EQ(wavefronts(addr, kW), kW / 4) << "hd " << kD << " K read, group " << group;
     }
   // P·V: lane 4g + t reads kD/8 bytes of keys 2t + j (j = 0, 1, 8, 9) at g·kD/8, in units.
-  constexpr int kWv = kD / 8;
-  constexpr int kUnit = kWv % 16 == 0 ? 16 : kWv % 8 == 0 ? 8 : 4;
+  constexpr int kWv = flashattn::decoding::e4m3_v_bytes(kD);
+  constexpr int kUnit = flashattn::decoding::e4m3_v_unit(kD);
   for (int j : {0, 1, 8, 9})
     for (int u = 0; u < kWv / kUnit; ++u) {
       std::vector<int> addr;

@@ -70,9 +70,9 @@ struct Config {
   static constexpr int kPipeBytes = kWarps * kStages * 2 * kTile * int(sizeof(KvStore));
   // e4m3 fragment reads: S's bytes per lane per group of 4·kQkBytes dimensions (kQkBytes / 4 k16
   // steps); P·V's bytes per lane per key row, read in kVUnit-byte loads.
-  static constexpr int kQkBytes = kHeadDim % 64 == 0 ? 16 : 8;
-  static constexpr int kVBytes = kHeadDim / 8;
-  static constexpr int kVUnit = kVBytes % 16 == 0 ? 16 : kVBytes % 8 == 0 ? 8 : 4;
+  static constexpr int kQkBytes = e4m3_qk_bytes(kHeadDim);  // swizzle.h
+  static constexpr int kVBytes = e4m3_v_bytes(kHeadDim);
+  static constexpr int kVUnit = e4m3_v_unit(kHeadDim);
   // e4m3 with Q re-read every tile (hd > 128): Q's fragments, built once, after the ring.
   static constexpr int kQFragBytes = kKvE4m3 && !kQInRegisters ? 32 * kHeadDim : 0;
   static constexpr int kLoopBytes = kPipeBytes + kQFragBytes;
@@ -473,24 +473,24 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   float* ml = merge + kWarps * kRows * C::kMergeStride;  // [warp][row][m, l]
 #pragma unroll
   for (int n = 0; n < kD / 8; ++n) {
-    if constexpr (C::kKvE4m3) {  // accumulator column 2t + e of block n is dimension (2t + e)·kD/8
-                                 // + n
+    if constexpr (C::kKvE4m3) {
+      // Accumulator column 2t + e of block n is output dimension (2t + e)·kD/8 + n.
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = (2 * t4 + e) * (kD / 8) + n;
         if (row_lo) mo[g * C::kMergeStride + col] = acc[n][e];
         if (row_hi) mo[(g + 8) * C::kMergeStride + col] = acc[n][2 + e];
       }
-      continue;
-    }
-    const int col = n * 8 + 2 * t4;
-    if (row_lo) {
-      *reinterpret_cast<float2*>(mo + g * C::kMergeStride + col) =
-          make_float2(acc[n][0], acc[n][1]);
-    }
-    if (row_hi) {
-      *reinterpret_cast<float2*>(mo + (g + 8) * C::kMergeStride + col) =
-          make_float2(acc[n][2], acc[n][3]);
+    } else {
+      const int col = n * 8 + 2 * t4;
+      if (row_lo) {
+        *reinterpret_cast<float2*>(mo + g * C::kMergeStride + col) =
+            make_float2(acc[n][0], acc[n][1]);
+      }
+      if (row_hi) {
+        *reinterpret_cast<float2*>(mo + (g + 8) * C::kMergeStride + col) =
+            make_float2(acc[n][2], acc[n][3]);
+      }
     }
   }
   if (t4 == 0) {

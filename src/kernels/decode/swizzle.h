@@ -1,6 +1,7 @@
 // The decode family's shared-memory tile layout: where 16-byte chunk `chunk` of row `row` of a
-// [rows][kHeadDim] 16-bit tile (Q, the 16-bit K/V ring, the widened e4m3 tiles) lives. Host and
-// device (FA_HD) so that the CPU tests check it for every head dim (tests/test_decode_swizzle.cpp).
+// [rows][kHeadDim] 16-bit tile (Q, the 16-bit K/V ring) lives; the e4m3 ring tiles have their own
+// layouts, below. Host and device (FA_HD) so that the CPU tests check them for every head dim
+// (tests/test_decode_swizzle.cpp).
 #pragma once
 
 #include "common/host_device.h"
@@ -25,10 +26,6 @@ constexpr FA_HD int swizzle(int row, int chunk) {
   }
 }
 
-}  // namespace flashattn::decoding
-
-namespace flashattn::decoding {
-
 // e4m3 ring tiles ([16 keys][kHeadDim bytes]) are read straight into MMA fragments (kernel.cuh):
 // for S each lane reads keys g and g + 8, W = 16 (8 at hd 96) bytes per group of 4W dimensions;
 // for P·V each lane reads keys 2t, 2t + 1, 2t + 8, 2t + 9, the kHeadDim / 8 bytes at g ·
@@ -36,13 +33,27 @@ namespace flashattn::decoding {
 // the cp.async writes (consecutive chunks) meet no bank conflict (every phase of a warp's load
 // touches distinct banks; checked by a bank model of the three access patterns, the one
 // exception being hd 96's V writes at 1.5 wavefronts per ideal one). Rows of 128k bytes XOR the
-// chunk with row bits; rows of 64, 96 or 192 bytes also swap rows 4i+1..3 pairwise by (row / 4)
-// % 2 so that the four rows a V read touches fall in both halves of a 128-byte line. Byte `byte`
+// chunk with row bits; rows of 64, 96 or 192 bytes also swap rows 2i and 2i + 1 where row / 4 is
+// odd, so that the four rows a V read touches fall in both halves of a 128-byte line. Byte `byte`
 // of row `row`; returns a byte offset in the tile.
+//
+// The reads' widths (Config in kernel.cuh and the CPU test take them from here): S's bytes per
+// lane per group of 4W dimensions (W / 4 k16 steps), P·V's bytes per lane per key, and the load
+// unit those are read in.
+constexpr FA_HD int e4m3_qk_bytes(int head_dim) {
+  return head_dim % 64 == 0 ? 16 : 8;
+}
+constexpr FA_HD int e4m3_v_bytes(int head_dim) {
+  return head_dim / 8;
+}
+constexpr FA_HD int e4m3_v_unit(int head_dim) {
+  return e4m3_v_bytes(head_dim) % 16 == 0 ? 16 : e4m3_v_bytes(head_dim) % 8 == 0 ? 8 : 4;
+}
+
 template <int kHeadDim>
 constexpr FA_HD int e4m3_k_offset(int row, int byte) {
   if constexpr (kHeadDim % 128 == 0) {
-    return row * kHeadDim + ((((byte >> 4) ^ ((row & 1) << 2))) << 4) + (byte & 15);
+    return row * kHeadDim + (((byte >> 4) ^ ((row & 1) << 2)) << 4) + (byte & 15);
   } else {
     return row * kHeadDim + byte;
   }
