@@ -88,6 +88,7 @@ struct Config {
   static constexpr bool kDescales = false;   // FP8's per-(sequence, KV head) descales
   static constexpr bool kBlockScales = false;  // K8's per-block descales
   static constexpr bool kTransposeV = false;  // V read by P·V as TMA lands it
+  static constexpr bool kQInRegisters = false;  // Q·Kᵀ reads Q from shared memory
   using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;

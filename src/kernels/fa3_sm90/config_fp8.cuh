@@ -10,6 +10,8 @@
 //     (K8, kBlockScales) one descale per block of rows does (BlockScaledSoftmax).
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/fa3_sm90/config.cuh"
 
 namespace flashattn::fa3 {
@@ -27,6 +29,12 @@ struct ConfigFp8 {
   static constexpr bool kBlockScales = kBlockScales_;  // K8: per-block descales
   static constexpr bool kDescales = !kBlockScales;     // K7: per (sequence, KV head)
   static constexpr bool kTransposeV = true;  // LoaderTransposeV
+  // d 256: Q·Kᵀ with Q in registers (loaded once per tile by ldmatrix), not read from shared
+  // memory by every wgmma. At 8 bits and 64 keys, Q·Kᵀ with both operands in shared memory reads
+  // 4 KB per 32 tensor cycles (m64n64k32), all of the SM's 128 bytes a cycle, beside the
+  // producer's transpose and TMA. H100: +6-8% at d 256, ±0 at d 128, -2 to -3% at d 64
+  // (docs/PERF.md). Not with K8's per-block descales, whose softmax then spilled 24 bytes.
+  static constexpr bool kQInRegisters = kHeadDim_ >= 256 && !kBlockScales_;
   using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDim_;
@@ -50,8 +58,12 @@ struct ConfigFp8 {
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDimV>, Int<kBlockN>>;
   using WarpGroupLayout = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>;
-  using TiledMmaQK = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, TileShapeQK>(), WarpGroupLayout{}));
+  using TiledMmaQK = std::conditional_t<
+      kQInRegisters,
+      decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, TileShapeQK>(),
+                              WarpGroupLayout{})),
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileShapeQK>(),
+                              WarpGroupLayout{}))>;
   // O += P·V: P from registers, Vᵀ K-major (keys contiguous) from shared memory.
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, TileShapePV, GMMA::Major::K,

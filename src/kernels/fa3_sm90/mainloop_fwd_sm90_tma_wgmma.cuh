@@ -162,15 +162,27 @@ struct MainloopFwd {
     }
   }
 
-  // What both schedules read: this thread's views of the shared-memory GEMM operands (wgmma
-  // descriptors for Q, K and V transposed, one slice per stage for K and V) and the (row, key)
-  // coordinates of its S elements, in S's rowcol order.
+  // What both schedules read: this thread's views of the GEMM operands (wgmma descriptors for
+  // Q, K and V transposed, one slice per stage for K and V; with C::kQInRegisters, Q's A
+  // fragment, loaded here from the landed tile) and the (row, key) coordinates of its S
+  // elements, in S's rowcol order. With Q in registers its buffer is released here: the
+  // producer may load the next tile's Q while this one runs.
   __device__ __forceinline__ auto operands(SharedStorage& ss) const {
     auto thr_qk = mma_qk.get_thread_slice(ctid);
     auto thr_pv = mma_pv.get_thread_slice(ctid);
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
+    auto tSrQ = thr_qk.partition_fragment_A(sQ);
+    if constexpr (C::kQInRegisters) {
+      // ldmatrix (16-bit 8 x 8 matrices, not transposed): a thread's word of a matrix is 4
+      // bytes of one row, which is what an 8-bit wgmma's A fragment holds (p_operand_sm90.cuh).
+      auto copy_q = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
+      auto thr_copy = copy_q.get_thread_slice(ctid);
+      copy(copy_q, thr_copy.partition_S(as_position_independent_swizzle_tensor(sQ)),
+           thr_copy.retile_D(tSrQ));
+      release_q(ss);
+    }
     return cute::make_tuple(
-        thr_qk.partition_fragment_A(
-            make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{})),
+        tSrQ,
         thr_qk.partition_fragment_B(
             make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{})),
         thr_pv.partition_fragment_B(
@@ -196,7 +208,7 @@ struct MainloopFwd {
       pipe_k.consumer_wait(state);
       wgmma<true, 0>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
       pipe_k.consumer_release(state);
-      if (n == w.n_min) release_q(ss);
+      if (!C::kQInRegisters && n == w.n_min) release_q(ss);
       Tensor s = rowcol(tSrS);
       prepare_scores(s, coords, w, n);
       float factor[2];
@@ -243,7 +255,7 @@ struct MainloopFwd {
     FA_TRACE(1 + wg, kS, 0);
     pipe_k.consumer_release(state);
     ++state;
-    if (n == w.n_min) release_q(ss);
+    if (!C::kQInRegisters && n == w.n_min) release_q(ss);
     prepare_scores(s, coords, w, n);
     softmax.step(s, factor, opt);  // O is still zero: nothing to rescale
     FA_TRACE(1 + wg, kSoftmax, 0);
@@ -284,7 +296,7 @@ struct MainloopFwd {
       FA_TRACE(1 + wg, kS, 0);
       pipe_k.consumer_release(state);
       ++state;
-      if (n == w.n_min) release_q(ss);
+      if (!C::kQInRegisters && n == w.n_min) release_q(ss);
       prepare_scores(s, coords, w, n);
       rescale = softmax.step(s, factor, opt);
       FA_TRACE(1 + wg, kSoftmax, 0);

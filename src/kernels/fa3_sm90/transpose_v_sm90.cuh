@@ -19,7 +19,9 @@
 // stores, ~1150 warp instructions per block, held K7 to 472-525 TFLOP/s (900 with the transpose
 // left out): the consumers' softmax is issue-bound and the transpose's instructions share their
 // schedulers. ldmatrix/stmatrix at 32 columns a step: 706 (~21 instructions a step, 32 steps a
-// block). Steps of 64 columns share their address arithmetic: ~30 instructions, 16 steps.
+// block). Steps of 64 columns share their address arithmetic: ~30 instructions, 16 steps. Each
+// warp's steps unrolled, addresses an XOR and an immediate from two lane bases (~7 instructions
+// a half step): d 256 16k 888 -> 1207 TFLOP/s, d 128 +3.4% (transpose_v_unrolled).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -45,14 +47,72 @@ __device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
                : "memory");
 }
 
-// Stage `raw_stage` of the landed V (C::SmemLayoutV: (keys, dv, stage), bytes) into stage
-// `vt_stage` of Vᵀ (C::SmemLayoutVt: (dv, A position, stage)), by kThreads threads (whole warps);
-// `ptid` is the caller's index among them.
+// The lanes' roles in a half step (see the top): ldmatrix matrix m = lane / 8 reads keys
+// 8·(m % 2) + i (i = lane % 8) at columns 16·(m / 2)..+15 of V; stmatrix matrix m writes Vᵀ row
+// 16·(m / 2) + 2i + ((m % 2) ^ (i >= 4)).
+struct TransposeLane {
+  int read_key, read_col, write_row;
+  __host__ __device__ constexpr explicit TransposeLane(int lane)
+      : read_key(8 * ((lane / 8) % 2) + lane % 8),
+        read_col(16 * (lane / 16)),
+        write_row(16 * (lane / 16) + 2 * (lane % 8) +
+                  (((lane / 8) % 2) ^ (lane % 8 >= 4 ? 1 : 0))) {}
+};
+
+// A step's byte offset in a swizzled layout splits in two: the bits the swizzle writes (4-6: the
+// 16-byte chunk within 128 bytes), which a lane's own offset also sets and which must be XORed
+// in, and the rest, which a lane's offset never sets and which can ride in the instruction's
+// immediate offset. transpose_offsets_split() checks that this holds for every lane and step.
+inline constexpr uint32_t kSwizzledBits = 0x70u;
+
+// V's (keys, columns) and Vᵀ's (rows, A positions) offsets of half step (ks, cs, half) against
+// those of the lane (the layouts are XOR-linear: a swizzle of a sum of offsets with disjoint
+// bits is the XOR of their swizzles).
+template <class C>
+__host__ __device__ constexpr uint32_t transpose_raw_step(int ks, int cs, int half) {
+  return typename C::SmemLayoutV{}(16 * ks, 64 * cs + 32 * half, 0);
+}
+template <class C>
+__host__ __device__ constexpr uint32_t transpose_vt_step(int ks, int cs, int half) {
+  return typename C::SmemLayoutVt{}(64 * cs + 32 * half, 16 * ks, 0);
+}
+__host__ __device__ constexpr uint32_t split_offset(uint32_t lane_offset, uint32_t step) {
+  return (lane_offset ^ (step & kSwizzledBits)) + (step & ~kSwizzledBits);
+}
+
+// Whether lane offset + step offset, computed as split_offset does, equals the layouts' own
+// offset for every lane, step and half of config C (static_assert'ed below).
+template <class C>
+constexpr bool transpose_offsets_split() {
+  constexpr auto raw = typename C::SmemLayoutV{};
+  constexpr auto vt = typename C::SmemLayoutVt{};
+  for (int lane = 0; lane < 32; ++lane) {
+    const TransposeLane l(lane);
+    const uint32_t raw_lane = raw(l.read_key, l.read_col, 0);
+    const uint32_t vt_lane = vt(l.write_row, 0, 0);
+    for (int ks = 0; ks < C::kBlockN / 16; ++ks) {
+      for (int cs = 0; cs < C::kHeadDimV / 64; ++cs) {
+        for (int half = 0; half < 2; ++half) {
+          const uint32_t r = raw(16 * ks + l.read_key, 64 * cs + 32 * half + l.read_col, 0);
+          const uint32_t v = vt(64 * cs + 32 * half + l.write_row, 16 * ks, 0);
+          if (split_offset(raw_lane, transpose_raw_step<C>(ks, cs, half)) != r) return false;
+          if (split_offset(vt_lane, transpose_vt_step<C>(ks, cs, half)) != v) return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// transpose_v at d 64: the steps walked at run time, their addresses by additions from each
+// 64-column block (one block at d 64: evaluated once). The unrolled form below measured 3-4%
+// slower there (d 64 has one column block, so the walk never re-evaluates the layouts; why the
+// unrolled one loses is not established), and 3-4% faster at d 128, 24-36% at d 256.
 template <class C, int kThreads>
-__device__ __forceinline__ void transpose_v(const typename C::Element* raw, int raw_stage,
-                                            typename C::Element* vt, int vt_stage, int ptid) {
+__device__ __forceinline__ void transpose_v_walk(const typename C::Element* raw, int raw_stage,
+                                                 typename C::Element* vt, int vt_stage, int ptid) {
   constexpr int kKeySteps = C::kBlockN / 16;    // 16 keys per step
-  constexpr int kColSteps = C::kHeadDimV / 64;   // 64 columns per step: two ldmatrix.x4
+  constexpr int kColSteps = C::kHeadDimV / 64;  // 64 columns per step: two ldmatrix.x4
   static_assert(C::kBlockN % 16 == 0 && C::kHeadDimV % 64 == 0);
   static_assert(sizeof(typename C::Element) == 1);
   // Byte offsets in 32 bits: the layouts' swizzle (layout_a) of their plain offsets (layout_b),
@@ -63,11 +123,8 @@ __device__ __forceinline__ void transpose_v(const typename C::Element* raw, int 
   const uint32_t raw_base = cute::cast_smem_ptr_to_uint(raw);
   const uint32_t vt_base = cute::cast_smem_ptr_to_uint(vt);
   const int lane = ptid % 32, warp = ptid / 32;
-  const int m = lane / 8, i = lane % 8;  // the matrix and row this lane addresses
-  // ldmatrix: matrices (keys 0-7 | 8-15) x (columns 0-15 | 16-31) of a 32-column half step.
-  const int read_key = 8 * (m % 2) + i, read_col = 16 * (m / 2);
-  // stmatrix: matrix m holds Vᵀ rows 16·(m / 2) + 2i + ((m % 2) ^ (i >= 4)) (see the top).
-  const int write_row = 16 * (m / 2) + 2 * i + ((m % 2) ^ (i >= 4 ? 1 : 0));
+  const TransposeLane l(lane);
+  const int read_key = l.read_key, read_col = l.read_col, write_row = l.write_row;
   // This thread's words: even column 2c first for threads of c < 4, odd first for the others.
   const uint32_t sel_first = lane < 16 ? 0x6420u : 0x7531u;
   const uint32_t sel_second = lane < 16 ? 0x7531u : 0x6420u;
@@ -85,8 +142,8 @@ __device__ __forceinline__ void transpose_v(const typename C::Element* raw, int 
   // schedulers holding a follower issued 45% more than the fourth, d 128 16k.)
   const uint32_t raw_16_keys = raw_layout.layout_b()(16, 0, 0) - raw_layout.layout_b()(0, 0, 0);
   auto raw_at = [&](int cs) {
-    return raw_base + raw_layout.layout_a()(raw_layout.layout_b()(read_key, 64 * cs + read_col,
-                                                                   raw_stage));
+    return raw_base +
+           raw_layout.layout_a()(raw_layout.layout_b()(read_key, 64 * cs + read_col, raw_stage));
   };
   auto vt_at = [&](int cs) {
     return vt_base + vt_layout.layout_a()(vt_layout.layout_b()(64 * cs + write_row, 0, vt_stage));
@@ -121,6 +178,79 @@ __device__ __forceinline__ void transpose_v(const typename C::Element* raw, int 
         to_block = vt_at(cs);
       }
     }
+  }
+}
+
+// transpose_v from d 128: the block is kKeySteps x kColSteps steps of 16 keys x 64 columns, dealt
+// round robin to the warps; each warp's steps are unrolled at compile time (one copy of the code
+// per warp), so a step's addresses are the lane's two base addresses with the step's offset split
+// as above: one XOR each, the rest in the instruction's immediate. (Before: steps walked at run
+// time, their addresses by additions from each 64-column block, evaluated from the layouts when a
+// warp moved to the next one: at d 256, whose 4 key steps make a warp move at almost every step,
+// ncu counted ~770 follower instructions per 16 KB block against ~200 of data movement.)
+template <class C, int kThreads>
+__device__ __forceinline__ void transpose_v_unrolled(const typename C::Element* raw, int raw_stage,
+                                                     typename C::Element* vt, int vt_stage,
+                                                     int ptid) {
+  constexpr int kKeySteps = C::kBlockN / 16;    // 16 keys per step
+  constexpr int kColSteps = C::kHeadDimV / 64;  // 64 columns per step: two ldmatrix.x4
+  constexpr int kSteps = kKeySteps * kColSteps;
+  constexpr int kWarps = kThreads / 32;
+  static_assert(C::kBlockN % 16 == 0 && C::kHeadDimV % 64 == 0);
+  static_assert(sizeof(typename C::Element) == 1);
+  static_assert(kWarps == 3, "the warp dispatch below names three warps");
+  static_assert(transpose_offsets_split<C>(),
+                "a lane's and a step's offsets do not combine as split_offset assumes");
+  const int lane = ptid % 32, warp = ptid / 32;
+  const TransposeLane l(lane);
+  // 32-bit shared addresses (CuTe's swizzled pointers computed in 64 bits and spilled the
+  // producer's registers); the buffers are aligned to their swizzle's span and a stage is a
+  // multiple of it, so the stage offset adds under the swizzle.
+  const uint32_t from = cute::cast_smem_ptr_to_uint(raw) +
+                        typename C::SmemLayoutV{}(l.read_key, l.read_col, raw_stage);
+  const uint32_t to =
+      cute::cast_smem_ptr_to_uint(vt) + typename C::SmemLayoutVt{}(l.write_row, 0, vt_stage);
+  // This thread's words: even column 2c first for threads of c < 4, odd first for the others.
+  const uint32_t sel_first = lane < 16 ? 0x6420u : 0x7531u;
+  const uint32_t sel_second = lane < 16 ? 0x7531u : 0x6420u;
+  auto steps_of_warp = [&](auto warp_c) {
+    constexpr int w = decltype(warp_c)::value;
+    cute::for_each(make_int_sequence<(kSteps - w + kWarps - 1) / kWarps>{}, [&](auto j) {
+      constexpr int step = w + kWarps * decltype(j)::value;
+      constexpr int ks = step % kKeySteps, cs = step / kKeySteps;
+      cute::for_each(make_int_sequence<2>{}, [&](auto half_c) {
+        constexpr int half = decltype(half_c)::value;
+        constexpr uint32_t raw_step = transpose_raw_step<C>(ks, cs, half);
+        constexpr uint32_t vt_step = transpose_vt_step<C>(ks, cs, half);
+        uint32_t r[4], wd[4];
+        ldsm_x4_trans(split_offset(from, raw_step), r);
+        wd[0] = __byte_perm(r[0], r[1], sel_first);
+        wd[1] = __byte_perm(r[0], r[1], sel_second);
+        wd[2] = __byte_perm(r[2], r[3], sel_first);
+        wd[3] = __byte_perm(r[2], r[3], sel_second);
+        stsm_x4(split_offset(to, vt_step), wd);
+      });
+    });
+  };
+  if (warp == 0) {
+    steps_of_warp(Int<0>{});
+  } else if (warp == 1) {
+    steps_of_warp(Int<1>{});
+  } else {
+    steps_of_warp(Int<2>{});
+  }
+}
+
+// Stage `raw_stage` of the landed V (C::SmemLayoutV: (keys, dv, stage), bytes) into stage
+// `vt_stage` of Vᵀ (C::SmemLayoutVt: (dv, A position, stage)), by kThreads threads (whole warps);
+// `ptid` is the caller's index among them.
+template <class C, int kThreads>
+__device__ __forceinline__ void transpose_v(const typename C::Element* raw, int raw_stage,
+                                            typename C::Element* vt, int vt_stage, int ptid) {
+  if constexpr (C::kHeadDimV >= 128) {
+    transpose_v_unrolled<C, kThreads>(raw, raw_stage, vt, vt_stage, ptid);
+  } else {
+    transpose_v_walk<C, kThreads>(raw, raw_stage, vt, vt_stage, ptid);
   }
 }
 
