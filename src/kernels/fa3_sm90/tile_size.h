@@ -38,11 +38,18 @@ struct TileSizeFp8 {
 };
 // As many raw V stages as K's (the producer's leader then keeps one ring state): four measured
 // the same as two once the transpose was cheap (d 128 16k: 831 / 829 TFLOP/s); with the first,
-// slow transpose four had bought 472 -> 515. d 128 with 192 keys: 849
-// against 804 at 16k, but 597 against 657 at 1024 (noise is about 3%): 128 kept.
+// slow transpose four had bought 472 -> 515.
+// d 128, 192 keys: a tile's fixed costs (row max and sum, O's rescale, the P conversion's
+// setup) over 1.5x the keys. H100 A/B with the unrolled transposer (k7_smoke, ABBA, one call,
+// 2026-11-28): 16k 879 -> 959 dense, 865 -> 934 causal; 4k +3-5%; 1k -7% dense, -9% causal (a
+// 1024-key row is 5.3 blocks of 192: 11% of the last block's work masked). flashattn-bench on
+// N(0,1) data, against 128 keys in the call before: 16k 869 -> 933 dense, 853 -> 911 causal, 512
+// -9% / -12%; geomean against cuDNN FP8 unchanged at d 128 (0.90), every config from 4k up gains.
+// With the earlier transposer: 849 against 804 at 16k, 597 against 657 at 1024. 224 keys spilled
+// 76 bytes.
 constexpr TileSizeFp8 tile_size_fp8(int head_dim) {
   if (head_dim <= 64) return {192, 128, 2};
-  if (head_dim <= 128) return {128, 128, 2};
+  if (head_dim <= 128) return {128, 192, 2};
   // d 256: O alone is 128 registers; 64 keys keep S + P at 40 (K6's 16-bit choice, for the same
   // reason).
   return {128, 64, 2};

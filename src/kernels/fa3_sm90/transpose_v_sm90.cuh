@@ -81,12 +81,14 @@ __host__ __device__ constexpr uint32_t split_offset(uint32_t lane_offset, uint32
 }
 
 // Whether lane offset + step offset, computed as split_offset does, equals the layouts' own
-// offset for every lane, step and half of config C (static_assert'ed below).
-template <class C>
+// offset for every step and half of config C, for lanes [kLane0, kLane0 + 8) (static_assert'ed
+// below a group of 8 lanes at a time: all 32 in one expression exceed the front end's constexpr
+// evaluation budget at 192 keys).
+template <class C, int kLane0>
 constexpr bool transpose_offsets_split() {
   constexpr auto raw = typename C::SmemLayoutV{};
   constexpr auto vt = typename C::SmemLayoutVt{};
-  for (int lane = 0; lane < 32; ++lane) {
+  for (int lane = kLane0; lane < kLane0 + 8; ++lane) {
     const TransposeLane l(lane);
     const uint32_t raw_lane = raw(l.read_key, l.read_col, 0);
     const uint32_t vt_lane = vt(l.write_row, 0, 0);
@@ -199,8 +201,11 @@ __device__ __forceinline__ void transpose_v_unrolled(const typename C::Element* 
   static_assert(C::kBlockN % 16 == 0 && C::kHeadDimV % 64 == 0);
   static_assert(sizeof(typename C::Element) == 1);
   static_assert(kWarps == 3, "the warp dispatch below names three warps");
-  static_assert(transpose_offsets_split<C>(),
-                "a lane's and a step's offsets do not combine as split_offset assumes");
+  // One static_assert per 8 lanes: the front end's constexpr budget is per expression.
+  static_assert(transpose_offsets_split<C, 0>(), "lanes 0-7: offsets do not split (above)");
+  static_assert(transpose_offsets_split<C, 8>(), "lanes 8-15: offsets do not split (above)");
+  static_assert(transpose_offsets_split<C, 16>(), "lanes 16-23: offsets do not split (above)");
+  static_assert(transpose_offsets_split<C, 24>(), "lanes 24-31: offsets do not split (above)");
   const int lane = ptid % 32, warp = ptid / 32;
   const TransposeLane l(lane);
   // 32-bit shared addresses (CuTe's swizzled pointers computed in 64 bits and spilled the
