@@ -208,7 +208,7 @@ struct MainloopFwd {
       pipe_k.consumer_wait(state);
       wgmma<true, 0>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
       pipe_k.consumer_release(state);
-      if (!C::kQInRegisters && n == w.n_min) release_q(ss);
+      release_q_after_last_qk(ss, w, n);
       Tensor s = rowcol(tSrS);
       prepare_scores(s, coords, w, n);
       float factor[2];
@@ -255,7 +255,7 @@ struct MainloopFwd {
     FA_TRACE(1 + wg, kS, 0);
     pipe_k.consumer_release(state);
     ++state;
-    if (!C::kQInRegisters && n == w.n_min) release_q(ss);
+    release_q_after_last_qk(ss, w, n);
     prepare_scores(s, coords, w, n);
     softmax.step(s, factor, opt);  // O is still zero: nothing to rescale
     FA_TRACE(1 + wg, kSoftmax, 0);
@@ -296,7 +296,7 @@ struct MainloopFwd {
       FA_TRACE(1 + wg, kS, 0);
       pipe_k.consumer_release(state);
       ++state;
-      if (!C::kQInRegisters && n == w.n_min) release_q(ss);
+      release_q_after_last_qk(ss, w, n);
       prepare_scores(s, coords, w, n);
       rescale = softmax.step(s, factor, opt);
       FA_TRACE(1 + wg, kSoftmax, 0);
@@ -317,6 +317,12 @@ struct MainloopFwd {
   // Q's buffer may be refilled once this thread's last Q·Kᵀ is done.
   __device__ __forceinline__ void release_q(SharedStorage& ss) const {
     cutlass::arch::ClusterBarrier::arrive(&ss.q_empty);
+  }
+  // Called after block n's Q·Kᵀ. Q read from shared memory: released after the tile's last one
+  // (block n_min: the blocks run from n_max - 1 down). Q in registers: operands() released it.
+  __device__ __forceinline__ void release_q_after_last_qk(SharedStorage& ss, const TileWork& w,
+                                                          int n) const {
+    if (!C::kQInRegisters && n == w.n_min) release_q(ss);
   }
 };
 

@@ -21,7 +21,8 @@
 // schedulers. ldmatrix/stmatrix at 32 columns a step: 706 (~21 instructions a step, 32 steps a
 // block). Steps of 64 columns share their address arithmetic: ~30 instructions, 16 steps. Each
 // warp's steps unrolled, addresses an XOR and an immediate from two lane bases (~7 instructions
-// a half step): d 256 16k 888 -> 1207 TFLOP/s, d 128 +3.4% (transpose_v_unrolled).
+// a half step): d 256 16k 866 -> 1120 TFLOP/s with Q in registers (flashattn-bench, N(0,1)
+// inputs; k7_smoke's memset inputs gave 888 -> 1207), d 128 +3.4% (transpose_v_unrolled).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -49,15 +50,32 @@ __device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
 
 // The lanes' roles in a half step (see the top): ldmatrix matrix m = lane / 8 reads keys
 // 8·(m % 2) + i (i = lane % 8) at columns 16·(m / 2)..+15 of V; stmatrix matrix m writes Vᵀ row
-// 16·(m / 2) + 2i + ((m % 2) ^ (i >= 4)).
+// 16·(m / 2) + 2i + ((m % 2) ^ (i >= 4)); the byte permutes' selectors put this thread's even
+// column 2c first for threads of c < 4, the odd one first for the others.
 struct TransposeLane {
   int read_key, read_col, write_row;
+  uint32_t sel_first, sel_second;
   __host__ __device__ constexpr explicit TransposeLane(int lane)
       : read_key(8 * ((lane / 8) % 2) + lane % 8),
         read_col(16 * (lane / 16)),
         write_row(16 * (lane / 16) + 2 * (lane % 8) +
-                  (((lane / 8) % 2) ^ (lane % 8 >= 4 ? 1 : 0))) {}
+                  (((lane / 8) % 2) ^ (lane % 8 >= 4 ? 1 : 0))),
+        sel_first(lane < 16 ? 0x6420u : 0x7531u),
+        sel_second(lane < 16 ? 0x7531u : 0x6420u) {}
 };
+
+// One half step, 16 keys x 32 columns: read transposed from V at `from`, each output word made of
+// keys 2q, 2q+1, 2q+8, 2q+9 of a column (one byte permute), written to Vᵀ at `to`.
+__device__ __forceinline__ void transpose_half_step(uint32_t from, uint32_t to,
+                                                    const TransposeLane& l) {
+  uint32_t r[4], w[4];
+  ldsm_x4_trans(from, r);
+  w[0] = __byte_perm(r[0], r[1], l.sel_first);
+  w[1] = __byte_perm(r[0], r[1], l.sel_second);
+  w[2] = __byte_perm(r[2], r[3], l.sel_first);
+  w[3] = __byte_perm(r[2], r[3], l.sel_second);
+  stsm_x4(to, w);
+}
 
 // A step's byte offset in a swizzled layout splits in two: the bits the swizzle writes (4-6: the
 // 16-byte chunk within 128 bytes), which a lane's own offset also sets and which must be XORed
@@ -127,9 +145,6 @@ __device__ __forceinline__ void transpose_v_walk(const typename C::Element* raw,
   const int lane = ptid % 32, warp = ptid / 32;
   const TransposeLane l(lane);
   const int read_key = l.read_key, read_col = l.read_col, write_row = l.write_row;
-  // This thread's words: even column 2c first for threads of c < 4, odd first for the others.
-  const uint32_t sel_first = lane < 16 ? 0x6420u : 0x7531u;
-  const uint32_t sel_second = lane < 16 ? 0x7531u : 0x6420u;
   // The step's second half, 32 columns on: in V, 16-byte chunk c + 2 of the same rows, which
   // the swizzle places at chunk (c ^ row % 8) ^ 2 (c's bit 1 is 0: the half starts at a
   // multiple of 64 columns): the address XOR 32. In Vᵀ, 32 rows down, the same chunk.
@@ -159,17 +174,11 @@ __device__ __forceinline__ void transpose_v_walk(const typename C::Element* raw,
   uint32_t from_block = raw_at(0), to_block = vt_at(0);
 #pragma unroll 1
   for (int step = warp; step < kKeySteps * kColSteps; step += kWarps) {
-    uint32_t r[4], w[4];
     const uint32_t from = from_block + ks * raw_16_keys;
     const uint32_t to = to_block ^ (16u * ks);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      ldsm_x4_trans(half == 0 ? from : from ^ 32u, r);
-      w[0] = __byte_perm(r[0], r[1], sel_first);
-      w[1] = __byte_perm(r[0], r[1], sel_second);
-      w[2] = __byte_perm(r[2], r[3], sel_first);
-      w[3] = __byte_perm(r[2], r[3], sel_second);
-      stsm_x4(to + half * vt_32_rows, w);
+      transpose_half_step(half == 0 ? from : from ^ 32u, to + half * vt_32_rows, l);
     }
     ks += kWarps;
     if constexpr (kColSteps > 1) {  // (one column block, d 64: the loop ends first)
@@ -215,9 +224,6 @@ __device__ __forceinline__ void transpose_v_unrolled(const typename C::Element* 
                         typename C::SmemLayoutV{}(l.read_key, l.read_col, raw_stage);
   const uint32_t to =
       cute::cast_smem_ptr_to_uint(vt) + typename C::SmemLayoutVt{}(l.write_row, 0, vt_stage);
-  // This thread's words: even column 2c first for threads of c < 4, odd first for the others.
-  const uint32_t sel_first = lane < 16 ? 0x6420u : 0x7531u;
-  const uint32_t sel_second = lane < 16 ? 0x7531u : 0x6420u;
   auto steps_of_warp = [&](auto warp_c) {
     constexpr int w = decltype(warp_c)::value;
     cute::for_each(make_int_sequence<(kSteps - w + kWarps - 1) / kWarps>{}, [&](auto j) {
@@ -227,13 +233,7 @@ __device__ __forceinline__ void transpose_v_unrolled(const typename C::Element* 
         constexpr int half = decltype(half_c)::value;
         constexpr uint32_t raw_step = transpose_raw_step<C>(ks, cs, half);
         constexpr uint32_t vt_step = transpose_vt_step<C>(ks, cs, half);
-        uint32_t r[4], wd[4];
-        ldsm_x4_trans(split_offset(from, raw_step), r);
-        wd[0] = __byte_perm(r[0], r[1], sel_first);
-        wd[1] = __byte_perm(r[0], r[1], sel_second);
-        wd[2] = __byte_perm(r[2], r[3], sel_first);
-        wd[3] = __byte_perm(r[2], r[3], sel_second);
-        stsm_x4(split_offset(to, vt_step), wd);
+        transpose_half_step(split_offset(from, raw_step), split_offset(to, vt_step), l);
       });
     });
   };
