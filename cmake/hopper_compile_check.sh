@@ -7,7 +7,8 @@
 #     its PTX, or a warp-specialized one (k5_*, k6_*, k7_*, k8_*, bwd_sm90_*) no setmaxnreg, or
 #   - in a K6, K7 or K8 (FP8) object, the softmax is not between the mainloop's two wgmma waits (no MUFU.EX2
 #     between `WARPGROUP.DEPBAR.LE gsb0, 0x1` and the next `0x0`): ptxas once hoisted P·V's wait
-#     above the softmax in every K6 kernel and the intra-warpgroup overlap was silently lost. This
+#     above the softmax in every K6 kernel and the intra-warpgroup overlap was silently lost, or
+#     any of their wgmma's has N <= 16 (a tile N CuTe split into small atoms: d 192's Q·Kᵀ). This
 #     check reads the SASS, so it needs cuobjdump ($FLASHATTN_CUOBJDUMP, on PATH, in
 #     $CUDA_HOME/bin, or the one scripts/install_deps.sh puts in .deps/); without one it says it
 #     was skipped.
@@ -55,10 +56,16 @@ case "$src" in
           [ -n "$dump" ] || [ ! -x "$c" ] || dump=$c
         done
         if [ -n "$dump" ] && [ -n "$obj" ]; then
-          windows=$(PATH="$(dirname "$dump"):$PATH" "$dump" -sass "$obj" | awk '
+          sass=$(PATH="$(dirname "$dump"):$PATH" "$dump" -sass "$obj")
+          # A GEMM N that CuTe's selector could not cover with one atom (tile_size.h,
+          # gmma_n_one_atom) comes out as n8/n16 wgmma's, each re-reading its A operand: d 192's
+          # Q·Kᵀ ran so, 26-51% slower, until the extended shapes were enabled for it.
+          small=$(grep -oE "[HQ]GMMA\.64x(8|16)x[0-9]+" <<<"$sass" | sort -u | tr '\n' ' ')
+          [ -z "$small" ] || fail "wgmma with N <= 16 in a forward kernel ($small): a tile N split into small atoms"
+          windows=$(awk '
             /WARPGROUP.DEPBAR.LE gsb0, 0x1/ { open = 1; n = 0; next }
             open && /MUFU.EX2/ { n++ }
-            open && /WARPGROUP.DEPBAR.LE gsb0, 0x0/ { print n; open = 0 }')
+            open && /WARPGROUP.DEPBAR.LE gsb0, 0x0/ { print n; open = 0 }' <<<"$sass")
           [ -n "$windows" ] || fail "no wgmma wait window found in the SASS"
           ! grep -qx 0 <<<"$windows" ||
             fail "no MUFU.EX2 between the mainloop's wgmma waits: the softmax does not overlap P·V"

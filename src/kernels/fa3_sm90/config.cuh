@@ -109,6 +109,9 @@ struct Config {
   static constexpr int kProducerRegs = role_registers(Role::producer, kConsumerWarpGroups);
   static constexpr int kConsumerRegs = role_registers(Role::consumer, kConsumerWarpGroups);
 
+  static_assert(gmma_n_one_atom(kBlockN) && gmma_n_one_atom(kHeadDimV),
+                "a GEMM N needs CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (fa3_sm90/sources.cmake)");
+
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDimV>, Int<kBlockN>>;
   // Warpgroup w owns query rows [64w, 64w + 64) of the tile in both GEMMs.

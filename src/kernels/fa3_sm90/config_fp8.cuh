@@ -57,6 +57,8 @@ struct ConfigFp8 {
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDimV>, Int<kBlockN>>;
+  static_assert(gmma_n_one_atom(kBlockN) && gmma_n_one_atom(kHeadDimV),
+                "a GEMM N needs CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (fa3_sm90/sources.cmake)");
   using WarpGroupLayout = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>;
   using TiledMmaQK = std::conditional_t<
       kQInRegisters,

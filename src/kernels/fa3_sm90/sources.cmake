@@ -18,6 +18,18 @@ flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX k8 LIST kFp8HeadDims
   INCLUDE kernels/fa3_sm90/launch.cuh NAMESPACE flashattn::fa3
   BF16 cutlass::bfloat16_t FP16 cutlass::half_t
   TEMPLATE "template Status run_forward_fp8<@E@, @D@, ScheduleK6, true>(const Problem&, const DebugOptions&)")
+# wgmma N outside {8, 16, 32, 64, 96, 128, 192, 256} is one of CUTLASS's "extended" GMMA shapes,
+# declared only under CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED; without it CuTe's atom selector tiles
+# such an N with n16 or n8 atoms (d 192's 80- and 112-key Q·Kᵀ ran as five and seven m64n16k16
+# per k step). The extended headers add ~20 s to a translation unit, so only the instantiations
+# whose tiles need them get the define (the configs' static_assert names any that is missing).
+foreach(inst k6_bf16_hdim192 k6_fp16_hdim192 k6_bf16_hdim192x128 k6_fp16_hdim192x128)
+  set(file ${PROJECT_BINARY_DIR}/inst/fa3_sm90/${inst}.cu)
+  if(EXISTS ${file})
+    set_source_files_properties(${file} PROPERTIES COMPILE_DEFINITIONS
+      CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+  endif()
+endforeach()
 # The backward's main kernel (wgmma): one instantiation per (dtype, head dim) of kBwdSm90HeadDims.
 target_sources(flashattn_sm90 PRIVATE ${PROJECT_SOURCE_DIR}/src/kernels/fa3_sm90/launch_bwd.cu)
 flashattn_instantiate(flashattn_sm90 FAMILY fa3_sm90 PREFIX bwd_sm90 LIST kBwdSm90HeadDims

@@ -5,6 +5,18 @@
 
 namespace flashattn::fa3 {
 
+// Whether CuTe's wgmma atom selector covers a tile's N with one atom: N in {8, 16, 32, 64, 96,
+// 128, 192, 256}, or any multiple of 8 up to 256 where the translation unit enables CUTLASS's
+// extended GMMA shapes (sources.cmake). Otherwise it silently falls back to n16 or n8 atoms, each
+// re-reading A: the configs static_assert it for every GEMM N they use.
+constexpr bool gmma_n_one_atom(int n) {
+#if defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+  return n % 8 == 0 && n >= 8 && n <= 256;
+#else
+  return n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128 || n == 192 || n == 256;
+#endif
+}
+
 struct TileSize {
   int block_m;  // query rows per tile: 64 per consumer warpgroup (one wgmma M)
   int block_n;  // keys per mainloop iteration (the N of S = Q·Kᵀ, the K of O += P·V)
@@ -22,7 +34,9 @@ constexpr TileSize tile_size(int head_dim, int head_dim_v) {
   // +10-23% from seqlen 2048 over 128-row tiles, though a 192-row tile wastes 12.5% at 512/1024.
   if (head_dim <= 64) return {192, 128, 2};
   if (head_dim <= 128) return {128, 128, 2};
-  // d 192: 96 keys spilled 4 bytes (S 48 + P 24 + O 96 fp32 registers of 240); 80 fits.
+  // d 192: 96 keys spilled 4 bytes (S 48 + P 24 + O 96 fp32 registers of 240); 80 fits. 80 and
+  // 112 are extended wgmma shapes (gmma_n_one_atom; sources.cmake): without them Q·Kᵀ ran as n16
+  // atoms, 26-51% slower (docs/PERF.md, head dim 192).
   if (head_dim <= 192) return {128, head_dim_v <= 128 ? 112 : 80, 2};
   // d 256: 80 keys spilled 96 bytes (S 40 + P 20 + O 128 fp32 registers); 64 fits.
   return {128, 64, 2};
