@@ -1,6 +1,7 @@
 // The Hopper family's tile orders (src/kernels/fa3_sm90/tile_scheduler.cuh), checked on the CPU:
 // every (query tile, head, sequence) is computed exactly once whatever the grid, and the
-// longest-first order really starts with the longest tiles of each group.
+// longest-first order really starts with the longest tiles of each group (the smaller, left-over
+// group first).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -72,12 +73,23 @@ TEST(TileScheduler, EveryTileOnceForAnyGrid) {
 
 TEST(TileScheduler, LongestFirstWithinGroupsAndDenseKeepsHeadsTogether) {
   const TileScheduler causal = TileScheduler::make(4, 3, 2, 4);
-  // First group: the 4 pairs' last query tiles (the longest under a causal mask) come first.
-  for (int t = 0; t < 4; ++t) EXPECT_EQ(causal.coord(t).m_block, 3) << t;
-  for (int t = 4; t < 8; ++t) EXPECT_EQ(causal.coord(t).m_block, 2) << t;
-  // The last group holds the 2 remaining pairs.
-  EXPECT_EQ(causal.coord(16).m_block, 3);
-  EXPECT_EQ(causal.coord(16).head + 3 * causal.coord(16).batch, 4);
+  // 6 pairs in groups of 4: the 2 left over (pairs 4 and 5) make the first group, walked longest
+  // tile first (the last query tile is the longest under a causal mask).
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(causal.coord(t).m_block, 3) << t;
+    EXPECT_EQ(causal.coord(t).head + 3 * causal.coord(t).batch, 4 + t) << t;
+  }
+  for (int t = 2; t < 4; ++t) EXPECT_EQ(causal.coord(t).m_block, 2) << t;
+  // Then the whole group of pairs 0-3, its 4 longest tiles first.
+  for (int t = 8; t < 12; ++t) {
+    EXPECT_EQ(causal.coord(t).m_block, 3) << t;
+    EXPECT_EQ(causal.coord(t).head + 3 * causal.coord(t).batch, t - 8) << t;
+  }
+  EXPECT_EQ(causal.coord(12).m_block, 2);
+  // Pairs that divide into whole groups: no rotation.
+  const TileScheduler whole = TileScheduler::make(4, 3, 2, 3);
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(whole.coord(t).head, t) << t;
+  EXPECT_EQ(whole.coord(3).m_block, 2);
   const TileScheduler dense = TileScheduler::make(4, 3, 2, 0);
   for (int t = 0; t < 4; ++t) {  // one head's query tiles side by side: its K/V stays in L2
     EXPECT_EQ(dense.coord(t).head, 0);
@@ -131,7 +143,11 @@ TEST(TileScheduler, CoordMatchesPlainDivision) {
             m_block = t % m;
             bh = t / m;
           } else {
-            const int per_group = group * m, g = t / per_group, r = t % per_group;
+            // The order with the smaller group last, rotated so that group comes first.
+            const int pairs = heads * batch, rest = pairs % group;
+            const int first = pairs > group && rest > 0 ? rest * m : 0;
+            const int u = t < first ? t + s.num_tiles() - first : t - first;
+            const int per_group = group * m, g = u / per_group, r = u % per_group;
             const int left = heads * batch - g * group, in_group = group < left ? group : left;
             m_block = m - 1 - r / in_group;
             bh = g * group + r % in_group;

@@ -26,6 +26,22 @@ namespace flashattn::fa3 {
 // MainloopT is a mainloop collective over an instantiation's Config (MainloopT::Cfg), with its
 // kernel parameters (MainloopT::Params) and load collective (MainloopT::Load); EpilogueT stores
 // what it leaves in registers. The schedule says which warp does what.
+// K6's late claim (C::kLateTileClaim, kernel below): one lane of producer warp 1 draws each
+// counter tile when thread 0 asks (claim_now) and hands it over as a consumer otherwise would
+// (next_tile, next_ready). Kept out of line: the leader's 24 registers have no room to spare.
+template <class SharedStorage>
+__device__ __noinline__ void draw_tiles_late(SharedStorage& ss, int* counter, int grid_blocks,
+                                             int num_tiles) {
+  using Barrier = cutlass::arch::ClusterBarrier;
+  for (int k = 0;; ++k) {
+    Barrier::wait(&ss.claim_now, k & 1);
+    const int next = atomicAdd(counter, 1) + grid_blocks;
+    store_shared_int(&ss.next_tile, next);
+    Barrier::arrive(&ss.next_ready);
+    if (next >= num_tiles) return;
+  }
+}
+
 template <class ScheduleT, class MainloopT, class EpilogueT, class C = typename MainloopT::Cfg>
 __global__ void __launch_bounds__(C::kThreads, 1)
     fwd_kernel(const __grid_constant__ typename MainloopT::Params params) {
@@ -45,6 +61,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     Barrier::init(&ss.q_full, 1);
     Barrier::init(&ss.q_empty, C::kConsumerThreads);
     Barrier::init(&ss.next_ready, 1);
+    if constexpr (C::kLateTileClaim && Load::kFollowers == 0) Barrier::init(&ss.claim_now, 1);
     loader.prefetch_descriptors();
     Load::init_shared(ss);
     FA_TRACE_INIT();
@@ -62,6 +79,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   // params.tile_counter; otherwise one tile per block. (K6 launched with one block per tile,
   // DebugOptions::persistent off, ends after its first tile.)
   const int grid_blocks = ScheduleT::kPersistent ? gridDim.x : num_tiles;
+  // Who draws a counter tile with C::kLateTileClaim (the producer's comment below).
+  constexpr bool kLeaderClaims = C::kLateTileClaim && Load::kFollowers > 0;
+  constexpr bool kHelperClaims = C::kLateTileClaim && Load::kFollowers == 0;
   if constexpr (ScheduleT::kWarpSpecialized) {
     if (producer) {
       cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
@@ -71,11 +91,29 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           return;
         }
       }
+      if constexpr (kHelperClaims) {
+        // (a warp-uniform test: testing threadIdx.x == 32 here moved the leader's tile
+        // arithmetic out of uniform registers and spilled its 24)
+        if (cutlass::canonical_warp_idx_sync() % 4 == 1) {
+          if (cute::elect_one_sync() && params.tile_counter != nullptr) {
+            draw_tiles_late(ss, params.tile_counter, grid_blocks, num_tiles);
+          }
+          return;
+        }
+      }
       if (threadIdx.x != 0) return;
       // One thread announces the block's tiles, each through ss.tile with q_full (Q's TMA, or a
-      // plain arrival for a tile with nothing to load), and issues the loads. The tile after it
-      // comes from the consumers (ss.next_tile): drawing from the global counter here took more
-      // than the producer's 24 registers (it spilled).
+      // plain arrival for a tile with nothing to load), and issues the loads; the tile after it
+      // comes through ss.next_tile and next_ready. From the static rounds (even tiles) a
+      // consumer thread hands it over when a tile starts. From the counter (uneven tiles) the
+      // same, unless C::kLateTileClaim: then it is drawn once this tile's last K/V is issued,
+      // which the ring allows only about kStages blocks before the consumers finish: as late as
+      // the next Q load allows. Drawn when a tile started, each block held one tile in reserve,
+      // and under the longest-first order that left SMs idle at the end (K7 d256 8k causal: the
+      // mean SM busy 0.885 of the busiest one's time by ncu, 0.878 simulated, 0.997 simulated
+      // with the late claim; bench/tile_order_sim.py). K7's leader draws it itself; K6's
+      // 24-register leader spilled doing so, so it asks producer warp 1 (claim_now), idle
+      // otherwise.
       typename Load::ProducerState state = Load::start_state();
       int tile = params.scheduler.tile_of(0, blockIdx.x, grid_blocks);
       for (int announced = 0;; ++announced) {
@@ -98,9 +136,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           loader.load_q(ss, w);
           loader.load_tile(ss, ring, state, w);
         }
+        // K6: producer warp 1 may draw the next tile now (unconditional: with no counter no one
+        // waits on claim_now and its phases just pass).
+        if constexpr (kHelperClaims) Barrier::arrive(&ss.claim_now);
         Barrier::wait(&ss.next_ready, announced & 1);
-        FA_TRACE(0, kProdNext, 0);
         tile = load_shared_int(&ss.next_tile);
+        if constexpr (kLeaderClaims) {
+          if (tile < 0) tile = atomicAdd(params.tile_counter, 1) + grid_blocks;
+        }
+        FA_TRACE(0, kProdNext, 0);
       }
     }
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
@@ -147,8 +191,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   };
 
   if constexpr (ScheduleT::kWarpSpecialized) {
-    // The producer announces each tile (above); the first consumer thread draws the one after
-    // it as soon as this one is known, from the counter (uneven tiles) or the static rounds.
+    // The producer announces each tile (above); the first consumer thread hands it the one
+    // after it as soon as this one is known: from the static rounds, or from the counter, or
+    // with the late claim -1 (K7's leader draws it; in K6 producer warp 1 hands it over instead).
     for (int t = 0;; ++t) {
       Barrier::wait(&ss.q_full, t & 1);
       const int tile = load_shared_int(&ss.tile);
@@ -158,10 +203,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         break;
       }
       FA_TRACE(1 + consumer.wg, kTile, 0);
-      if (ctid == 0) {
-        const int next = params.tile_counter != nullptr
-                             ? atomicAdd(params.tile_counter, 1) + grid_blocks
-                             : params.scheduler.tile_of(t + 1, blockIdx.x, grid_blocks);
+      if (ctid == 0 && !(kHelperClaims && params.tile_counter != nullptr)) {
+        const int next =
+            params.tile_counter != nullptr
+                ? (kLeaderClaims ? -1 : atomicAdd(params.tile_counter, 1) + grid_blocks)
+                : params.scheduler.tile_of(t + 1, blockIdx.x, grid_blocks);
         store_shared_int(&ss.next_tile, next);
         Barrier::arrive(&ss.next_ready);
       }
