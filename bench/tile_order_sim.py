@@ -11,7 +11,7 @@ no SM idles before the last finishes), for
   early claims: a block claims its next tile when its current one starts (one tile in reserve:
          the kernel before 2026-11-28, and still d 64's three-warpgroup kernels), or
   late claims: when its current one ends (about what the producer's claim after the tile's last
-         K/V gives: ConfigXxx::kLateTileClaim).
+         K/V gives: kLateClaim in kernel_fwd_sm90.cuh).
 Checked against ncu on the H100: K7 d256 8k causal, remainder last, early: simulated 0.878, the
 SMs' mean active cycles / max 0.885; K6 d128 s512 causal 0.970 and 0.964.
 Usage: python3 bench/tile_order_sim.py [--sms 132]  (the standard grid's causal rows, K6 and K7)

@@ -105,11 +105,6 @@ struct Config {
   static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? 128 : 0);
   static_assert(kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3, "2 or 3 consumer warpgroups");
-  // Tiles drawn from the counter (uneven work) are claimed once the producer has issued the
-  // tile before's last K/V, not by a consumer when that tile starts (kernel_fwd_sm90.cuh). Not
-  // with three consumer warpgroups (d 64): without the consumer's atomic, ptxas spilled 176 bytes
-  // of their 160 registers.
-  static constexpr bool kLateTileClaim = kConsumerWarpGroups == 2;
   // Registers per thread of the warp-specialized schedules (setmaxnreg; the table in schedule.cuh).
   static constexpr int kProducerRegs = role_registers(Role::producer, kConsumerWarpGroups);
   static constexpr int kConsumerRegs = role_registers(Role::consumer, kConsumerWarpGroups);
@@ -187,7 +182,7 @@ struct Config {
     // the producer announces `tile` with q_full (>= the tile count: no more tiles); a consumer
     // thread draws the block's next tile into `next_tile` and arrives on next_ready.
     alignas(16) uint64_t next_ready;
-    alignas(16) uint64_t claim_now;  // kLateTileClaim: thread 0 asks warp 1 to draw a tile
+    alignas(16) uint64_t claim_now;  // late claims: thread 0 asks warp 1 to draw a tile
     int tile;
     int next_tile;
 

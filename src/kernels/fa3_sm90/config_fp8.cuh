@@ -50,11 +50,6 @@ struct ConfigFp8 {
   static constexpr int kStages = kTile.stages;
   static constexpr int kConsumerWarpGroups = kBlockM / 64;
   static_assert(kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3);
-  // Tiles drawn from the counter (uneven work) are claimed by the producer once it has issued the
-  // tile before's last K/V, not by a consumer when that tile starts (kernel_fwd_sm90.cuh). Not
-  // with three consumer warpgroups (d 64): without the consumer's atomic, ptxas spilled 176 bytes
-  // of their 160 registers.
-  static constexpr bool kLateTileClaim = kConsumerWarpGroups == 2;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kProducerRegs = role_registers(Role::producer, kConsumerWarpGroups, true);

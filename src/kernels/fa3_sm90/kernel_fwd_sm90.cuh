@@ -26,7 +26,7 @@ namespace flashattn::fa3 {
 // MainloopT is a mainloop collective over an instantiation's Config (MainloopT::Cfg), with its
 // kernel parameters (MainloopT::Params) and load collective (MainloopT::Load); EpilogueT stores
 // what it leaves in registers. The schedule says which warp does what.
-// K6's late claim (C::kLateTileClaim, kernel below): one lane of producer warp 1 draws each
+// K6's late claim (kLateClaim, kernel below): one lane of producer warp 1 draws each
 // counter tile when thread 0 asks (claim_now) and hands it over as a consumer otherwise would
 // (next_tile, next_ready). Kept out of line: the leader's 24 registers have no room to spare.
 template <class SharedStorage>
@@ -57,11 +57,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   const bool producer = role_of<ScheduleT>(warp_group) == Role::producer;
   using Load = typename MainloopT::Load;
   const Load loader{params};
+  // Tiles drawn from the counter (uneven work) are claimed late (the producer's comment below)
+  // with two consumer warpgroups, by K7's leader itself or K6's producer warp 1. Not with three
+  // (d 64): without the consumer's atomic, K6 d 64's 160-register consumers spilled 176 bytes
+  // (K7 d 64 keeps the early claim with them, not tried).
+  constexpr bool kLateClaim = C::kConsumerWarpGroups == 2;
+  constexpr bool kLeaderClaims = kLateClaim && Load::kFollowers > 0;
+  constexpr bool kHelperClaims = kLateClaim && Load::kFollowers == 0;
   if (threadIdx.x == 0) {
     Barrier::init(&ss.q_full, 1);
     Barrier::init(&ss.q_empty, C::kConsumerThreads);
     Barrier::init(&ss.next_ready, 1);
-    if constexpr (C::kLateTileClaim && Load::kFollowers == 0) Barrier::init(&ss.claim_now, 1);
+    if constexpr (kHelperClaims) Barrier::init(&ss.claim_now, 1);
     loader.prefetch_descriptors();
     Load::init_shared(ss);
     FA_TRACE_INIT();
@@ -79,9 +86,6 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   // params.tile_counter; otherwise one tile per block. (K6 launched with one block per tile,
   // DebugOptions::persistent off, ends after its first tile.)
   const int grid_blocks = ScheduleT::kPersistent ? gridDim.x : num_tiles;
-  // Who draws a counter tile with C::kLateTileClaim (the producer's comment below).
-  constexpr bool kLeaderClaims = C::kLateTileClaim && Load::kFollowers > 0;
-  constexpr bool kHelperClaims = C::kLateTileClaim && Load::kFollowers == 0;
   if constexpr (ScheduleT::kWarpSpecialized) {
     if (producer) {
       cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
@@ -106,7 +110,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       // plain arrival for a tile with nothing to load), and issues the loads; the tile after it
       // comes through ss.next_tile and next_ready. From the static rounds (even tiles) a
       // consumer thread hands it over when a tile starts. From the counter (uneven tiles) the
-      // same, unless C::kLateTileClaim: then it is drawn once this tile's last K/V is issued,
+      // same, unless kLateClaim: then it is drawn once this tile's last K/V is issued,
       // which the ring allows only about kStages blocks before the consumers finish: as late as
       // the next Q load allows. Drawn when a tile started, each block held one tile in reserve,
       // and under the longest-first order that left SMs idle at the end (K7 d256 8k causal: the
