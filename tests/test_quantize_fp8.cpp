@@ -705,16 +705,27 @@ double rmse_vs_original(const QuantShape& shape, uint64_t seed, fa::Fp8Rotation 
 // hadamard/none was 0.60 on average and 0.71 at worst (0.72-0.86 at worst with 256 keys, where
 // a few rows decide); v (not rotated) keeps a floor of error the rotation cannot remove.
 TEST(CpuK8, HadamardLowersTheRmseOfOutliers) {
+  // One draw's ratio varies with where the ~130 outliers of Q land (0.50-0.71 over 40 draws, and
+  // once above the 0.8 bound in a CI-like run): the bound is on the RMSE over three draws.
   const QuantShape shape{1, 128, 2048, 8, 1, 128};
-  const uint64_t seed = test_seed(), rotation_seed = test_seed(1);
-  const double none = rmse_vs_original(shape, seed, fa::Fp8Rotation::none, 0);
-  const double hadamard = rmse_vs_original(shape, seed, fa::Fp8Rotation::hadamard, rotation_seed);
-  std::printf(
-      "[flashattn] data seed %llu, rotation seed %llu: RMSE none %.4g, hadamard %.4g "
-      "(ratio %.3f)\n",
-      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rotation_seed), none,
-      hadamard, hadamard / none);
-  EXPECT_LT(hadamard, 0.8 * none) << "data seed " << seed << ", rotation seed " << rotation_seed;
+  double none = 0, hadamard = 0;
+  for (uint64_t draw = 0; draw < 3; ++draw) {
+    const uint64_t seed = test_seed(2 * draw), rotation_seed = test_seed(2 * draw + 1);
+    const double n = rmse_vs_original(shape, seed, fa::Fp8Rotation::none, 0);
+    const double h = rmse_vs_original(shape, seed, fa::Fp8Rotation::hadamard, rotation_seed);
+    std::printf(
+        "[flashattn] data seed %llu, rotation seed %llu: RMSE none %.4g, hadamard %.4g "
+        "(ratio %.3f)\n",
+        static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rotation_seed), n,
+        h, h / n);
+    none += n * n;
+    hadamard += h * h;
+  }
+  none = std::sqrt(none / 3);
+  hadamard = std::sqrt(hadamard / 3);
+  std::printf("[flashattn] over three draws: RMSE none %.4g, hadamard %.4g (ratio %.3f)\n", none,
+              hadamard, hadamard / none);
+  EXPECT_LT(hadamard, 0.8 * none);
 }
 
 }  // namespace

@@ -238,11 +238,29 @@ struct MainloopFwd {
     Tensor tOrP = POperand::as_a_operand(rP);
     Tensor s = rowcol(tSrS);
     Tensor o = rowcol(tOrO);
-    PipelineState state_v = state;
     float factor[2];
     clear(tOrO);
 
+    // Key blocks hidden from all of this warpgroup's rows (above own_blocks_end) are passed:
+    // no GEMM, no softmax, but the protocol kept, one ping-pong turn per block (every
+    // warpgroup takes n_max - n_min + 1 turns a tile) and each stage waited for, then released.
+    // Not with Q in registers (FP8 d 256): its 232 registers spilled 16 bytes with this loop,
+    // placed here or before Q's fragment is loaded.
+    // Not unrolled: ptxas copied the loop 16 times (~1200 instructions), and K7 d 64 ran 8%
+    // slower at seqlen 16k dense, where the loop never runs.
     int n = w.n_max - 1;
+#pragma unroll 1
+    for (const int n_end = C::kQInRegisters ? w.n_max : own_blocks_end(w); n >= n_end; --n) {
+      pipe_k.consumer_wait(state);
+      pingpong_sync();
+      pingpong_arrive();
+      pipe_k.consumer_release(state);
+      release_q_after_last_qk(ss, w, n);
+      pipe_v.consumer_wait(state);
+      pipe_v.consumer_release(state);
+      ++state;
+    }
+    PipelineState state_v = state;
     load_block_scales(softmax, n);
     pipe_k.consumer_wait(state);
     FA_TRACE(1 + wg, kKWait, 0);
@@ -269,11 +287,11 @@ struct MainloopFwd {
     // wait in the two branches of the per-warp rescale vote also kept it below the softmax, but
     // warps of one warpgroup then reached different wgmma.wait_group instructions: a sequence
     // error under compute-sanitizer synccheck.)
-    bool rescale = false;
+    bool rescale = false, pv_issued = false;
     for (--n;; --n) {
       warpgroup_wait<0>();  // the previous block's P·V (none before the first pass)
       warpgroup_fence_operand(tOrO);
-      if (n < w.n_max - 2) {  // a P·V was issued: its V stage is free
+      if (pv_issued) {  // its V stage is free
         FA_TRACE(1 + wg, kPV, 0);
         pipe_v.consumer_release(state_v);
         ++state_v;
@@ -290,6 +308,7 @@ struct MainloopFwd {
       wgmma<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.index()), tSrS);
       pipe_v.consumer_wait(state_v);
       wgmma<false, -1>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+      pv_issued = true;
       pingpong_arrive();
       warpgroup_wait<1>();  // S of block n is in; P·V of the previous block may still run
       warpgroup_fence_operand(tSrS);
@@ -312,6 +331,25 @@ struct MainloopFwd {
     FA_TRACE(1 + wg, kLastPV, 0);
     pipe_v.consumer_release(state_v);
     descale_o(tOrO, w, softmax);
+  }
+
+  // The end of the key blocks this warpgroup computes: the last block any of its 64 rows may
+  // see, at least w.n_min + 1 (a non-empty tile). Under a right-bounded mask a tile's upper
+  // warpgroups see fewer blocks than its last (d 64's 192-row tiles at seqlen 512 causal:
+  // 24 warpgroup-blocks per head, 20 of them with a visible key), and a warpgroup with no row
+  // of the sequence (a tile's partial end) or none that sees a key computes one block, masked
+  // or past the end, so that mainloop_overlap keeps one path: an early return that joined the
+  // epilogue with a zero O, or a separate path for such a warpgroup, spilled d 64's
+  // 160-register consumers.
+  __device__ __forceinline__ int own_blocks_end(const TileWork& w) const {
+    // wg broadcast from lane 0: warp-uniform to the compiler, so the pass count, and with it
+    // the ring's state, stays in uniform registers (derived from the thread index, it moved
+    // the d 64 mainloop's barrier addresses into regular registers: -7% at seqlen 2048-16k).
+    const int row = w.row0 + 64 * __shfl_sync(0xffffffffu, wg, 0);
+    const int first = max(row, 0);
+    const int last = min(row + 64, w.seq.len_q) - 1;
+    const int key_end = last < first ? 0 : w.mask.key_end(last);
+    return max(w.n_min + 1, min(w.n_max, (key_end + C::kBlockN - 1) / C::kBlockN));
   }
 
   // Q's buffer may be refilled once this thread's last Q·Kᵀ is done.
