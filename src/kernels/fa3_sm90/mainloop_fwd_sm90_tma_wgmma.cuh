@@ -244,6 +244,7 @@ struct MainloopFwd {
     // Key blocks hidden from all of this warpgroup's rows (above own_blocks_end) are passed:
     // no GEMM, no softmax, but the protocol kept, one ping-pong turn per block (every
     // warpgroup takes n_max - n_min + 1 turns a tile) and each stage waited for, then released.
+    // It never reaches block n_min (own_blocks_end > n_min), after whose Q·Kᵀ Q is released.
     // Not with Q in registers (FP8 d 256): its 232 registers spilled 16 bytes with this loop,
     // placed here or before Q's fragment is loaded.
     // Not unrolled: ptxas copied the loop 16 times (~1200 instructions), and K7 d 64 ran 8%
@@ -255,7 +256,6 @@ struct MainloopFwd {
       pingpong_sync();
       pingpong_arrive();
       pipe_k.consumer_release(state);
-      release_q_after_last_qk(ss, w, n);
       pipe_v.consumer_wait(state);
       pipe_v.consumer_release(state);
       ++state;
