@@ -365,15 +365,18 @@ TEST(QuantizeFp8, RoundingAndSaturation) {
 // An all-zero block has descale 1 and writes zeros (-0 where a sign flipped one: e4m3 0x80, as
 // the device's conversion writes it); the other blocks are unaffected.
 TEST(QuantizeFp8, ZeroBlock) {
-  QuantShape shape{1, 1, 200, 1, 1, 128};
+  // Key blocks of the kernel's tile (fp8_block_rows); blocks 1 and 2 (a partial one) all zero.
+  const int kv = fa::fp8_block_rows(128).kv, seqlen_k = 2 * kv + 8;
+  QuantShape shape{1, 1, seqlen_k, 1, 1, 128};
   for (fa::Fp8Rotation rot : {fa::Fp8Rotation::none, fa::Fp8Rotation::hadamard}) {
     QuantCase c(shape, test_seed(), Dist::normal, rot, 7);
-    for (int r = 128; r < 200; ++r)
+    for (int r = kv; r < seqlen_k; ++r)
       for (int e = 0; e < 128; ++e) c.k[size_t(r * c.p.k.stride[1] + e)] = 0;
     c.quantize();
     EXPECT_EQ(c.kd[1], 1.f);
+    EXPECT_EQ(c.kd[2], 1.f);
     EXPECT_NE(c.kd[0], 1.f);
-    for (int r = 128; r < 200; ++r)
+    for (int r = kv; r < seqlen_k; ++r)
       for (int e = 0; e < 128; ++e)
         ASSERT_EQ(fa::e4m3_to_float(c.k8[size_t(r * c.p.k_out.stride[1] + e)]), 0.f);
   }
@@ -531,8 +534,15 @@ TEST(QuantizeFp8, EmptyTensors) {
 struct QuantRule {
   const char* name;
   std::function<void(QuantCase&)> mutate;
-  const char* says;  // every rule is an invalid_argument
+  std::string says;  // every rule is an invalid_argument
 };
+
+// q's blocks in the rules' base problem (batch 2, 4 heads, 129 rows, d 128): their count follows
+// the FP8 kernel's tile (fp8_block_rows).
+std::string q_blocks_of_rule_base() {
+  const int rows = fa::fp8_block_rows(128).q;
+  return std::to_string(2 * 4 * ((129 + rows - 1) / rows));
+}
 
 const std::vector<QuantRule>& quant_rules() {
   static const std::vector<QuantRule> r = {
@@ -570,7 +580,7 @@ const std::vector<QuantRule>& quant_rules() {
       {"v_negative_stride", [](QuantCase& c) { c.p.v.stride[1] = -256; },
        "v.stride[1]: must be >= 0, got -256"},
       {"null_q_block_descale", [](QuantCase& c) { c.p.q_block_descale = nullptr; },
-       "q_block_descale: must not be null (16 blocks to describe)"},
+       "q_block_descale: must not be null (" + q_blocks_of_rule_base() + " blocks to describe)"},
       {"k_block_descale_misaligned",
        [](QuantCase& c) {
          c.p.k_block_descale = reinterpret_cast<float*>(reinterpret_cast<char*>(c.kd.data()) + 2);

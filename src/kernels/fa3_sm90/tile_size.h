@@ -43,10 +43,10 @@ constexpr TileSize tile_size(int head_dim, int head_dim_v) {
 }
 
 // The FP8 (e4m3) mainloop's tiles (config_fp8.cuh). Shared memory is Q + stages x (K + Vᵀ + V as
-// landed) (all 1 byte per element) + O (block_m x dv, 2 bytes). Two consumer
-// warpgroups of 232 registers (schedule.cuh: the transposing producer keeps 40, which leaves
-// three warpgroups 152, and d 64 spilled 32 bytes there): S is block_n / 2 fp32, O dv / 2, P
-// block_n / 8 (one byte each). 8-bit wgmma's k is 32: block_n is a multiple of 32.
+// landed) (all 1 byte per element) + O (block_m x dv, 2 bytes). Two consumer warpgroups of 232
+// registers, or three of 160 (schedule.cuh: the transposing producer keeps 40 or 32): S is
+// block_n / 2 fp32, O dv / 2, P block_n / 8 (one byte each). 8-bit wgmma's k is 32: block_n is
+// a multiple of 32.
 struct TileSizeFp8 {
   int block_m, block_n, stages;  // stages of K, of V as landed and of Vᵀ each
 };
@@ -61,9 +61,17 @@ struct TileSizeFp8 {
 // -9% / -12%; geomean against cuDNN FP8 unchanged at d 128 (0.90), every config from 4k up gains.
 // With the earlier transposer: 849 against 804 at 16k, 597 against 657 at 1024. 224 keys spilled
 // 76 bytes.
+// d 128, three consumer warpgroups (192-row tiles) of 96 keys: at 8 bits a warpgroup's two GEMMs
+// (768 tensor cycles a block of 192 keys) are shorter than its softmax (as K6's at d 64), so two
+// warpgroups cannot hide each other's; a third adds softmax parallelism. S 48 + P 12 + O 64 of
+// 160 registers, no spills (128 keys spilled 164 bytes). H200, k7_smoke ABBA in one call
+// against 2 x 192 (2026-11-28): 1k +2% dense / +8.5% causal, 4k +3.7% / +6.3%, 16k +4.4% /
+// +1.8% (911 -> 952 dense); 64 keys lost 5-16%, 128 keys (spilled) 14-22%. flashattn-bench on
+// the standard grid's d 128 rows, one call beside cuDNN FP8: +1.2 to +11.3% on every config
+// (16k 929 -> 940 dense, 928 -> 952 causal), against cuDNN 0.902 -> 0.948 (docs/PERF.md).
 constexpr TileSizeFp8 tile_size_fp8(int head_dim) {
   if (head_dim <= 64) return {192, 128, 2};
-  if (head_dim <= 128) return {128, 192, 2};
+  if (head_dim <= 128) return {192, 96, 2};
   // d 256: O alone is 128 registers; 64 keys keep S + P at 40 (K6's 16-bit choice, for the same
   // reason).
   return {128, 64, 2};
