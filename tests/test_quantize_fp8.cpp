@@ -537,11 +537,13 @@ struct QuantRule {
   std::string says;  // every rule is an invalid_argument
 };
 
-// q's blocks in the rules' base problem (batch 2, 4 heads, 129 rows, d 128): their count follows
-// the FP8 kernel's tile (fp8_block_rows).
+// The problem every rule mutates (valid as it stands).
+const QuantShape kRuleBase{2, 129, 300, 4, 2, 128};
+
+// q's descale blocks in kRuleBase: their count follows the FP8 kernel's tile (fp8_block_rows).
 std::string q_blocks_of_rule_base() {
-  const int rows = fa::fp8_block_rows(128).q;
-  return std::to_string(2 * 4 * ((129 + rows - 1) / rows));
+  const int64_t per_head = ceil_div(kRuleBase.seqlen_q, fa::fp8_block_rows(kRuleBase.head_dim).q);
+  return std::to_string(kRuleBase.batch * kRuleBase.heads_q * per_head);
 }
 
 const std::vector<QuantRule>& quant_rules() {
@@ -608,7 +610,7 @@ class QuantizeFp8Rule : public ::testing::TestWithParam<size_t> {};
 // quantize_fp8 refuses the same way without writing any output.
 TEST_P(QuantizeFp8Rule, RefusedWithNamedArgumentAndNothingWritten) {
   const QuantRule& rule = quant_rules()[GetParam()];
-  QuantCase c({2, 129, 300, 4, 2, 128}, 1);
+  QuantCase c(kRuleBase, 1);
   const fa::Status base = fa::can_quantize_fp8(c.p);
   ASSERT_TRUE(base.ok()) << "the base problem must be valid: " << base.message;
   rule.mutate(c);
