@@ -2,23 +2,27 @@
 // descale per block of rows, q and k optionally rotated by diag(s)·H/√d first.
 //
 // One launch for q, k and v: one thread block per (head, block of rows, sequence) of one tensor,
-// heads fastest (the blocks running together read whole token rows). A warp holds a row; each lane
-// pairs of neighbouring channels, 2·lane + 64·p + {0, 1}, so a load is one 32-bit word per lane
-// (128 consecutive bytes a warp) and a store two e4m3 bytes, coalesced for any row strides. The
-// Hadamard stage of distance 1 pairs a lane's two registers, distances 2 .. 32 are xor-shuffles
-// (one FFMA each: fma(x, ±1, other)), 64 and up pair registers of the lane. The block's amax is
-// needed before any element can be rounded, so the rows are read twice: a first pass rotates them
-// and keeps only the running max, the second (its reads hit L2: the block was just read) rotates
-// them again and stores. 32 registers, eight blocks of 256 threads per SM.
+// heads fastest (the blocks running together read whole token rows). A lane holds 16 neighbouring
+// channels of a row, 16·q + i (q = its place among the row's d/16 lanes): two 16-byte loads, and
+// the rotation's stages of channel distance 1, 2, 4 and 8 within its registers. For the stages
+// of distance 16 and up the row goes through shared memory once (each warp its own rows, a
+// swizzle that keeps both directions free of bank conflicts): the lane then holds the channels
+// 16·H + l for every H and the 16·16/d values of l it owns, so the remaining stages are again
+// within its registers. No shuffles: the previous pre-pass ran the five stages between lanes as
+// xor-shuffles, two instructions per element and stage, twice (shuffles issue at a quarter of
+// the rate of FP32 arithmetic), and measured instruction-bound at 46% of the DRAM bandwidth.
+// The block's amax is needed before any element can be rounded, so the rows are read twice: a
+// first pass rotates them and keeps only the running max, the second (its reads hit L2: the block
+// was just read) rotates them again, turns them back through shared memory and stores 16 bytes
+// a lane. Every element sees the same fp32 operations in the same order as the host reference's
+// (fp8.h): bitwise the same output.
 //
-// Measured (H100, standard grid's q + k + v, rotation on; bench/results/
-// 2026-11-25_h100_k8_prepass_variants.txt): 0.24 / 0.20 / 0.19 ms at d 64 / 128 / 256, 1.25-1.6
-// TB/s of DRAM traffic against a floor of 0.086 ms (3 bytes per element at 3.35 TB/s). ncu: SM
-// 82% busy, DRAM 46%: instruction-bound, the butterflies twice. Tried and slower: 16-bit loads,
-// byte stores and three launches (0.24 / 0.22 / 0.21 ms); four rows' loads in flight per warp
-// (62-75 registers, 0.34-0.38 ms); the block kept in registers between max and stores (512
-// threads, 25% occupancy, 0.19-0.29 ms); 16 channels per lane with 16-byte loads and stores and
-// 2-4 shuffle stages instead of 5 (0.26-0.31 ms).
+// Measured (H200, standard grid's q + k + v, rotation on; bench/k8_prepass_ab.cu against the
+// shuffle version, one call; bench/results/2026-11-28_h200_k8_prepass_no_shuffles_ab.txt):
+// d 64 / 128 / 256 0.240 -> 0.146, 0.187 -> 0.144, 0.184 -> 0.158 ms, 1.9-2.1 TB/s against a
+// floor of 0.063 ms (3 bytes per element at 4.8 TB/s). 62-76 registers. Slower in the same call:
+// the next row's loads issued a row ahead (77-80 registers, +4-6%; capped at 64 with spills, ±0
+// to +12%) and the signs read from shared memory per row (+2-20%).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -38,6 +42,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kPer = 16;  // channels a lane holds
+static_assert(kThreads >= 256, "one thread per channel draws the signs (d <= 256)");
 
 struct TensorJob {
   const void* in;
@@ -51,8 +57,8 @@ struct TensorJob {
   int blocks;  // ceil(seqlen / rows)
   bool rotate;
   bool power_of_two;  // v: the descale is the power of two at or above amax/448
-  bool in_pairs;   // every row's channel pairs 4-byte aligned in `in` (one 32-bit load each)
-  bool out_pairs;  // and 2-byte aligned in `out` (one 16-bit store)
+  int in_vec;   // bytes per load the rows' alignment allows: 16, 4 or 2 (one element)
+  int out_vec;  // bytes per store: 16, 2 or 1
 };
 
 // q, k and v of one call; tensor t owns the thread blocks [first[t], first[t + 1]).
@@ -72,101 +78,166 @@ __device__ __forceinline__ float to_float(__half x) {
   return __half2float(x);
 }
 
-// Channel of this lane's element e.
-__device__ __forceinline__ int channel(int lane, int e) {
-  return 2 * lane + 64 * (e / 2) + e % 2;
+template <class T>
+__device__ __forceinline__ void unpack(uint32_t w, float& lo, float& hi) {
+  lo = to_float(__builtin_bit_cast(T, static_cast<uint16_t>(w & 0xffffu)));
+  hi = to_float(__builtin_bit_cast(T, static_cast<uint16_t>(w >> 16)));
 }
 
-// One row's channels of this lane as fp32.
-template <class T, int kPer>
-__device__ __forceinline__ void load_row(const T* row, int lane, bool aligned, float (&x)[kPer]) {
+// Channels [c0, c0 + 16) of a row as fp32 (zeros for a row past the block's end).
+template <class T>
+__device__ __forceinline__ void load16(const T* at, int vec, bool valid, float (&x)[kPer]) {
+  if (!valid) {
 #pragma unroll
-  for (int p = 0; p < kPer / 2; ++p) {
-    const T* at = row + channel(lane, 2 * p);
-    if (aligned) {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(at);
-      x[2 * p] = to_float(__builtin_bit_cast(T, static_cast<uint16_t>(w & 0xffffu)));
-      x[2 * p + 1] = to_float(__builtin_bit_cast(T, static_cast<uint16_t>(w >> 16)));
-    } else {
-      x[2 * p] = to_float(at[0]);
-      x[2 * p + 1] = to_float(at[1]);
-    }
+    for (int e = 0; e < kPer; ++e) x[e] = 0.f;
+  } else if (vec == 16) {
+    const uint4 a = reinterpret_cast<const uint4*>(at)[0];
+    const uint4 b = reinterpret_cast<const uint4*>(at)[1];
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int p = 0; p < 8; ++p) unpack<T>(w[p], x[2 * p], x[2 * p + 1]);
+  } else if (vec == 4) {
+#pragma unroll
+    for (int p = 0; p < 8; ++p) unpack<T>(reinterpret_cast<const uint32_t*>(at)[p], x[2 * p], x[2 * p + 1]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) x[e] = to_float(at[e]);
   }
 }
 
-// M's rotation of one row (fp8.h): signs, then the stages in the documented order of increasing
-// channel distance h, then 1/√d.
-template <int kDim>
-__device__ __forceinline__ void rotate_row(int lane, const float (&sign)[kDim / 32],
-                                           float (&x)[kDim / 32]) {
-  constexpr int kPer = kDim / 32;
+// The rotation's stages (a, b) -> (a + b, a - b) on register pairs (e, e + h·kStride) for
+// h = 1, 2, .. < kCount: channel distances kStride·h (in registers) of the documented order.
+template <int kCount, int kStride>
+__device__ __forceinline__ void stages(float (&x)[kPer]) {
 #pragma unroll
-  for (int e = 0; e < kPer; ++e) x[e] *= sign[e];
-#pragma unroll
-  for (int p = 0; p < kPer / 2; ++p) {  // h = 1
-    const float a = x[2 * p], b = x[2 * p + 1];
-    x[2 * p] = a + b;
-    x[2 * p + 1] = a - b;
-  }
-#pragma unroll
-  for (int lanes = 1; lanes < 32; lanes *= 2) {  // h = 2·lanes: the partner is lane ^ lanes
-    const float self = (lane & lanes) != 0 ? -1.f : 1.f;  // the pair's high channel: other - x
+  for (int h = 1; h < kCount; h *= 2) {
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
-      const float other = __shfl_xor_sync(0xffffffffu, x[e], lanes);
-      x[e] = fmaf(x[e], self, other);
-    }
-  }
-#pragma unroll
-  for (int h = 2; h < kPer; h *= 2) {  // channel distance 32·h: registers e and e + h
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      if ((e & h) == 0) {
-        const float a = x[e], b = x[e + h];
+      if (((e / kStride) & h) == 0) {
+        const float a = x[e], b = x[e + h * kStride];
         x[e] = a + b;
-        x[e + h] = a - b;
+        x[e + h * kStride] = a - b;
       }
     }
   }
-  const float norm = hadamard_norm(kDim);
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) x[e] *= norm;
 }
 
-// Row `row` of the job, transformed (the rotation is uniform over the block: every lane of the
-// warp takes the shuffles together).
-template <class T, int kDim>
-__device__ __forceinline__ void transformed_row(const TensorJob& job, const T* in, int row,
-                                                int lane, const float (&sign)[kDim / 32],
-                                                float (&x)[kDim / 32]) {
-  load_row<T, kDim / 32>(in + row * job.in_stride[1], lane, job.in_pairs, x);
-  if (job.rotate) rotate_row<kDim>(lane, sign, x);
+// A warp's rows in shared memory: row ρ, channel c at float index ρ·kDim + c, the 16-byte granule
+// g = c / 4 of the row stored at g ^ ((g / 8) % 8) ^ (6 if ρ is odd). The low-channel layout (a
+// lane's 16 channels, four granules) and the high one (n = 16 / lanes-per-row channels per H)
+// each then touch every bank once per wavefront at d 64, 128 and 256.
+template <int kDim>
+__device__ __forceinline__ int smem_index(int row, int c) {
+  const int g = c / 4;
+  const int phys = g ^ ((g / 8) % 8) ^ ((row & 1) ? 6 : 0);
+  return row * kDim + phys * 4 + c % 4;
+}
+
+// n consecutive floats (n = 1, 2, 4; 4n-byte aligned) between registers and shared memory.
+template <int n>
+__device__ __forceinline__ void put(float* at, const float* x) {
+  if constexpr (n == 4) {
+    *reinterpret_cast<float4*>(at) = make_float4(x[0], x[1], x[2], x[3]);
+  } else if constexpr (n == 2) {
+    *reinterpret_cast<float2*>(at) = make_float2(x[0], x[1]);
+  } else {
+    *at = x[0];
+  }
+}
+template <int n>
+__device__ __forceinline__ void get(const float* at, float* x) {
+  if constexpr (n == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(at);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else if constexpr (n == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(at);
+    x[0] = v.x, x[1] = v.y;
+  } else {
+    x[0] = *at;
+  }
+}
+
+// Low layout: lane (ρ, q) holds channels 16q + i in register i. High layout: lane (ρ, q) holds
+// channels 16H + n·q + l in register H·n + l (n = 16 / lanes per row: 4, 2, 1).
+template <int kDim, bool kToHigh>
+__device__ __forceinline__ void exchange(float* buf, int row, int q, float (&x)[kPer]) {
+  constexpr int kLanes = kDim / 16;
+  constexpr int n = kPer / kLanes;
+  __syncwarp();
+  if constexpr (kToHigh) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) put<4>(&buf[smem_index<kDim>(row, 16 * q + 4 * k)], &x[4 * k]);
+  } else {
+#pragma unroll
+    for (int h = 0; h < kLanes; ++h) put<n>(&buf[smem_index<kDim>(row, 16 * h + n * q)], &x[h * n]);
+  }
+  __syncwarp();
+  if constexpr (kToHigh) {
+#pragma unroll
+    for (int h = 0; h < kLanes; ++h) get<n>(&buf[smem_index<kDim>(row, 16 * h + n * q)], &x[h * n]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) get<4>(&buf[smem_index<kDim>(row, 16 * q + 4 * k)], &x[4 * k]);
+  }
 }
 
 template <class T, int kDim>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(const __grid_constant__ Jobs jobs,
                                                             uint64_t seed) {
-  constexpr int kPer = kDim / 32;
+  constexpr int kLanes = kDim / 16;          // lanes per row
+  constexpr int kRowsPerWarp = 32 / kLanes;  // 8, 4, 2
+  constexpr int kRowsPerStep = kWarps * kRowsPerWarp;
+  __shared__ __align__(16) float smem[kWarps * kRowsPerWarp * kDim];  // 16 KB
+
   const int t = blockIdx.x >= jobs.first[2] ? 2 : blockIdx.x >= jobs.first[1] ? 1 : 0;
   const TensorJob& job = jobs.t[t];
   const int index = blockIdx.x - jobs.first[t];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rho = lane / kLanes, q = lane % kLanes;
+  float* buf = smem + warp * kRowsPerWarp * kDim;
   const int head = index % job.heads;
   const int block = (index / job.heads) % job.blocks;
   const int seq = index / (job.blocks * job.heads);
   const int row0 = block * job.rows;
   const int row_end = min(job.seqlen, row0 + job.rows);
-  const T* in = static_cast<const T*>(job.in) + seq * job.in_stride[0] + head * job.in_stride[2];
-  uint8_t* out = job.out + seq * job.out_stride[0] + head * job.out_stride[2];
+  const T* in = static_cast<const T*>(job.in) + seq * job.in_stride[0] + head * job.in_stride[2] +
+                16 * q;
+  uint8_t* out = job.out + seq * job.out_stride[0] + head * job.out_stride[2] + 16 * q;
+  const int first_row = row0 + warp * kRowsPerWarp + rho;
+  const bool rotate = job.rotate;
 
+  // s_j, one hash per thread (not 16: splitmix64 is ~20 instructions, a lane's share of a block
+  // ~50 elements).
+  __shared__ __align__(16) float signs[kDim];
+  if (rotate && threadIdx.x < kDim) signs[threadIdx.x] = hadamard_sign(seed, threadIdx.x);
+  __syncthreads();
   float sign[kPer];
+  if (rotate) {
 #pragma unroll
-  for (int e = 0; e < kPer; ++e) sign[e] = hadamard_sign(seed, channel(lane, e));
+    for (int k = 0; k < 4; ++k) get<4>(&signs[16 * q + 4 * k], &sign[4 * k]);
+  }
+  const float norm = hadamard_norm(kDim);
 
+  // Row r of the job, transformed: in the low layout without the rotation, else in the high one.
+  auto transformed = [&](int r, float(&x)[kPer]) {
+    load16<T>(in + r * job.in_stride[1], job.in_vec, r < row_end, x);
+    if (rotate) {
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) x[e] *= sign[e];
+      stages<16, 1>(x);  // channel distances 1, 2, 4, 8
+      exchange<kDim, true>(buf, rho, q, x);
+      stages<kLanes, kPer / kLanes>(x);  // 16, 32, ...
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) x[e] *= norm;
+    }
+  };
+
+  // Pass 1: the block's amax (the layout does not matter for the max). Every lane of a warp
+  // takes the same trip count (rows past the end load zeros): the exchanges need the warp.
   float amax = 0.f;
-  for (int r = row0 + warp; r < row_end; r += kWarps) {
+  for (int r = first_row; r - rho < row_end; r += kRowsPerStep) {
     float x[kPer];
-    transformed_row<T, kDim>(job, in, r, lane, sign, x);
+    transformed(r, x);
 #pragma unroll
     for (int e = 0; e < kPer; ++e) amax = fmaxf(amax, fabsf(x[e]));
   }
@@ -186,23 +257,33 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const __grid_constan
     job.descale[(static_cast<int64_t>(seq) * job.heads + head) * job.blocks + block] = scale.descale;
   }
 
-  for (int r = row0 + warp; r < row_end; r += kWarps) {
+  // Pass 2: again, back to the low layout, rounded and stored 16 bytes a lane.
+  for (int r = first_row; r - rho < row_end; r += kRowsPerStep) {
     float x[kPer];
-    transformed_row<T, kDim>(job, in, r, lane, sign, x);
-    uint8_t* dst = out + r * job.out_stride[1];
+    transformed(r, x);
+    if (rotate) exchange<kDim, false>(buf, rho, q, x);
+    if (r >= row_end) continue;
+    uint32_t w[kPer / 4];
 #pragma unroll
     for (int p = 0; p < kPer / 2; ++p) {
       // .x lands in the low byte: the pair's first channel at the lower address.
-      const uint16_t two = __nv_cvt_float2_to_fp8x2(
+      const uint32_t two = __nv_cvt_float2_to_fp8x2(
           make_float2(__fmul_rn(x[2 * p], f), __fmul_rn(x[2 * p + 1], f)), __NV_SATFINITE,
           __NV_E4M3);
-      uint8_t* at = dst + channel(lane, 2 * p);
-      if (job.out_pairs) {
-        *reinterpret_cast<uint16_t*>(at) = two;
-      } else {
-        at[0] = static_cast<uint8_t>(two & 0xffu);
-        at[1] = static_cast<uint8_t>(two >> 8);
+      if (p % 2 == 0) w[p / 2] = two;
+      else w[p / 2] |= two << 16;
+    }
+    uint8_t* dst = out + r * job.out_stride[1];
+    if (job.out_vec == 16) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else if (job.out_vec == 2) {
+#pragma unroll
+      for (int p = 0; p < kPer / 2; ++p) {
+        reinterpret_cast<uint16_t*>(dst)[p] = static_cast<uint16_t>(w[p / 2] >> (16 * (p % 2)));
       }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) dst[e] = static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4)));
     }
   }
 }
@@ -225,8 +306,13 @@ Status launch_dim(const Jobs& jobs, int dim, uint64_t seed, cudaStream_t stream)
                                        " has no pre-pass (64, 128 or 256)"};
 }
 
-bool even_strides(const int64_t (&st)[4]) {
-  return st[0] % 2 == 0 && st[1] % 2 == 0 && st[2] % 2 == 0;
+// Whether the pointer and the (sequence, row, head) strides are all multiples of `bytes`.
+bool aligned(const void* data, const int64_t (&st)[4], int64_t element, int64_t bytes) {
+  if (reinterpret_cast<uintptr_t>(data) % bytes != 0) return false;
+  for (int i = 0; i < 3; ++i) {
+    if (st[i] * element % bytes != 0) return false;
+  }
+  return true;
 }
 
 TensorJob job_of(const TensorRef& in, const MutableTensorRef& out, float* descale, int seqlen,
@@ -245,8 +331,8 @@ TensorJob job_of(const TensorRef& in, const MutableTensorRef& out, float* descal
   j.blocks = (seqlen + rows - 1) / rows;
   j.rotate = rotate;
   j.power_of_two = power_of_two;
-  j.in_pairs = reinterpret_cast<uintptr_t>(in.data) % 4 == 0 && even_strides(in.stride);
-  j.out_pairs = reinterpret_cast<uintptr_t>(out.data) % 2 == 0 && even_strides(out.stride);
+  j.in_vec = aligned(in.data, in.stride, 2, 16) ? 16 : aligned(in.data, in.stride, 2, 4) ? 4 : 2;
+  j.out_vec = aligned(out.data, out.stride, 1, 16) ? 16 : aligned(out.data, out.stride, 1, 2) ? 2 : 1;
   return j;
 }
 
