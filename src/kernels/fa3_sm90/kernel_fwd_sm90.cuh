@@ -61,7 +61,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   // with two consumer warpgroups, by K7's leader itself or K6's producer warp 1. Not with three
   // (d 64): without the consumer's atomic, K6 d 64's 160-register consumers spilled 176 bytes
   // (K7 d 64 and d 128, also three warpgroups, keep the early claim: with K7's leader claiming
-  // late, d 64 compiled clean and d 128's 32-register leader spilled 64 bytes; neither timed).
+  // late, d 64 compiled clean but measured +1-2% on causal rows of 512-2k and -2.5 / -4.3% at 4k /
+  // 16k (H200, bench/results/2026-11-28_h200_k7_d64_late_claim_ab.txt); d 128's 32-register
+  // leader spilled 64 bytes).
   constexpr bool kLateClaim = C::kConsumerWarpGroups == 2;
   constexpr bool kLeaderClaims = kLateClaim && Load::kFollowers > 0;
   constexpr bool kHelperClaims = kLateClaim && Load::kFollowers == 0;
