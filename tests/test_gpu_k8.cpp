@@ -3,7 +3,8 @@
 // Hadamard rotation), then Kernel::k8 on its outputs against the FP8 oracle (reference::check on
 // the dequantised inputs, FlashAttention-3's rule), over head dims 64/128/256, odd and unequal
 // sequence lengths, GQA/MQA, causal and windows, padded strides, both output dtypes, N(0,1) and
-// outlier inputs. Outputs NaN-poisoned before each run; nothing outside o written; 100 runs
+// outlier inputs (and the pre-pass alone on strides that allow only 4-byte or single-element
+// accesses). Outputs NaN-poisoned before each run; nothing outside o written; 100 runs
 // bitwise identical; and on outlier inputs the rotation's error against the original bf16
 // attention is well below K7's with per-head descales. Without an sm_90 device every test skips.
 #include <cuda_runtime.h>
@@ -46,6 +47,11 @@ struct K8Shape {
   fa::Fp8Rotation rotation = fa::Fp8Rotation::none;
   bool outliers = false;
   bool padded = false;
+  // The pre-pass alone (K8GpuPrePass; the forward's TMA needs 16-byte strides): 2 puts q, k, v and
+  // their e4m3 outputs at strides that allow 4-byte loads and 2-byte stores only, 1 at odd ones
+  // (one element per load, one byte per store), the outputs also starting `misalign` bytes past
+  // an aligned address.
+  int misalign = 0;
 };
 
 // "k8_bf16_b2_q300_k517_h4x2_d128_causal_hadamard": a gtest name.
@@ -61,6 +67,8 @@ std::string k8_name(const K8Shape& s) {
       .flag(s.rotation == fa::Fp8Rotation::hadamard, "_hadamard")
       .flag(s.outliers, "_outliers")
       .flag(s.padded, "_padded")
+      .flag(s.misalign == 2, "_pairs")
+      .flag(s.misalign == 1, "_odd")
       .str();
 }
 
@@ -68,6 +76,17 @@ using fa_test::fp8_layout;
 using fa_test::kPoison16;
 
 int blocks(int seqlen, int rows) { return (seqlen + rows - 1) / rows; }
+
+// K8Shape::misalign's layouts: every stride (elements) `step` more than dense, so that none is a
+// multiple of 8 (16 bytes of 16-bit data) and, with step 1, each is odd. Returns the elements to
+// allocate, `step` of them past the last for the outputs' offset.
+size_t misaligned_layout(int64_t (&stride)[4], int step, int batch, int seqlen, int heads, int dim) {
+  stride[3] = 1;
+  stride[2] = dim + step;
+  stride[1] = heads * stride[2] + step;
+  stride[0] = int64_t{seqlen} * stride[1] + step;
+  return size_t(batch) * size_t(stride[0]) + size_t(step);
+}
 
 // One K8 problem: 16-bit data drawn on the host, quantised on the device and on the host, the
 // forward run on the device; host copies of everything for the checks.
@@ -84,6 +103,7 @@ struct K8Case {
   fa::QuantizeFp8Params qp;  // host pointers (the host pre-pass's call)
   fa::ForwardParams fp;      // host pointers to the device pre-pass's outputs and o / lse
   uint64_t seed;
+  int out_offset = 0;  // bytes from q8's (k8's, v8's) start to the e4m3 tensor's
 
   K8Case(const K8Shape& shape, uint64_t seed_) : s(shape), rows(fa::fp8_block_rows(shape.head_dim)),
                                                  seed(seed_) {
@@ -97,13 +117,25 @@ struct K8Case {
     qp.head_dim = d;
     qp.rotation = s.rotation;
     qp.seed = seed ^ 0x4ad;
-    const size_t nq = fp8_layout(qp.q.stride, s.padded, s.batch, s.seqlen_q, s.heads_q, d);
-    const size_t nk = fp8_layout(qp.k.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
-    fp8_layout(qp.v.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
-    // The e4m3 outputs dense (their own strides), o padded like the inputs.
-    const size_t nq8 = fp8_layout(qp.q_out.stride, false, s.batch, s.seqlen_q, s.heads_q, d);
-    const size_t nk8 = fp8_layout(qp.k_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
-    fp8_layout(qp.v_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
+    size_t nq, nk, nq8, nk8;
+    if (s.misalign != 0) {
+      const int m = s.misalign;
+      nq = misaligned_layout(qp.q.stride, m, s.batch, s.seqlen_q, s.heads_q, d);
+      nk = misaligned_layout(qp.k.stride, m, s.batch, s.seqlen_k, s.heads_kv, d);
+      misaligned_layout(qp.v.stride, m, s.batch, s.seqlen_k, s.heads_kv, d);
+      nq8 = misaligned_layout(qp.q_out.stride, m, s.batch, s.seqlen_q, s.heads_q, d);
+      nk8 = misaligned_layout(qp.k_out.stride, m, s.batch, s.seqlen_k, s.heads_kv, d);
+      misaligned_layout(qp.v_out.stride, m, s.batch, s.seqlen_k, s.heads_kv, d);
+      out_offset = m;
+    } else {
+      nq = fp8_layout(qp.q.stride, s.padded, s.batch, s.seqlen_q, s.heads_q, d);
+      nk = fp8_layout(qp.k.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
+      fp8_layout(qp.v.stride, s.padded, s.batch, s.seqlen_k, s.heads_kv, d);
+      // The e4m3 outputs dense (their own strides), o padded like the inputs.
+      nq8 = fp8_layout(qp.q_out.stride, false, s.batch, s.seqlen_q, s.heads_q, d);
+      nk8 = fp8_layout(qp.k_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
+      fp8_layout(qp.v_out.stride, false, s.batch, s.seqlen_k, s.heads_kv, d);
+    }
     q16.resize(nq);
     k16.resize(nk);
     v16.resize(nk);
@@ -129,9 +161,9 @@ struct K8Case {
     qp.q.data = q16.data();
     qp.k.data = k16.data();
     qp.v.data = v16.data();
-    qp.q_out.data = q8.data();
-    qp.k_out.data = k8.data();
-    qp.v_out.data = v8.data();
+    qp.q_out.data = q8.data() + out_offset;
+    qp.k_out.data = k8.data() + out_offset;
+    qp.v_out.data = v8.data() + out_offset;
     qp.q_block_descale = qd.data();
     qp.k_block_descale = kd.data();
     qp.v_block_descale = vd.data();
@@ -209,9 +241,9 @@ class K8Run {
     qp.q.data = q16_.ptr;
     qp.k.data = k16_.ptr;
     qp.v.data = v16_.ptr;
-    qp.q_out.data = q8_.ptr;
-    qp.k_out.data = k8_.ptr;
-    qp.v_out.data = v8_.ptr;
+    qp.q_out.data = static_cast<uint8_t*>(q8_.ptr) + c.out_offset;
+    qp.k_out.data = static_cast<uint8_t*>(k8_.ptr) + c.out_offset;
+    qp.v_out.data = static_cast<uint8_t*>(v8_.ptr) + c.out_offset;
     qp.q_block_descale = static_cast<float*>(qd_.ptr);
     qp.k_block_descale = static_cast<float*>(kd_.ptr);
     qp.v_block_descale = static_cast<float*>(vd_.ptr);
@@ -268,6 +300,20 @@ int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   return -1;
 }
 
+// The host pre-pass on the case, then bit for bit against the device's: outputs (the untouched
+// padding included) and descales.
+void expect_pre_passes_equal(K8Case& c) {
+  const fa::Status host = fa::quantize_fp8(c.qp);
+  ASSERT_TRUE(host.ok()) << host.message;
+  EXPECT_EQ(first_difference(c.q8, c.q8_dev), -1) << "q e4m3";
+  EXPECT_EQ(first_difference(c.k8, c.k8_dev), -1) << "k e4m3";
+  EXPECT_EQ(first_difference(c.v8, c.v8_dev), -1) << "v e4m3";
+  EXPECT_EQ(first_difference(c.qd, c.qd_dev), -1) << "q descales";
+  EXPECT_EQ(first_difference(c.kd, c.kd_dev), -1) << "k descales";
+  EXPECT_EQ(first_difference(c.vd, c.vd_dev), -1) << "v descales";
+  for (float x : c.qd_dev) ASSERT_GT(x, 0.f);
+}
+
 class K8Gpu : public ::testing::TestWithParam<K8Shape> {};
 
 TEST_P(K8Gpu, PrePassMatchesHostAndForwardMatchesOracle) {
@@ -276,16 +322,8 @@ TEST_P(K8Gpu, PrePassMatchesHostAndForwardMatchesOracle) {
   K8Run run(c);
   ASSERT_TRUE(run.ok);
   ASSERT_TRUE(run.quantize());
-  const fa::Status host = fa::quantize_fp8(c.qp);
-  ASSERT_TRUE(host.ok()) << host.message;
-  // Bit for bit: outputs (the untouched padding included) and descales.
-  EXPECT_EQ(first_difference(c.q8, c.q8_dev), -1) << "q e4m3";
-  EXPECT_EQ(first_difference(c.k8, c.k8_dev), -1) << "k e4m3";
-  EXPECT_EQ(first_difference(c.v8, c.v8_dev), -1) << "v e4m3";
-  EXPECT_EQ(first_difference(c.qd, c.qd_dev), -1) << "q descales";
-  EXPECT_EQ(first_difference(c.kd, c.kd_dev), -1) << "k descales";
-  EXPECT_EQ(first_difference(c.vd, c.vd_dev), -1) << "v descales";
-  for (float x : c.qd_dev) ASSERT_GT(x, 0.f);
+  expect_pre_passes_equal(c);
+  if (::testing::Test::HasFatalFailure()) return;
 
   ASSERT_TRUE(run.forward());
   const fa::reference::CheckResult r = fa::reference::check(c.fp);
@@ -332,6 +370,38 @@ std::vector<K8Shape> k8_grid() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, K8Gpu, ::testing::ValuesIn(k8_grid()),
+                         [](const auto& info) { return k8_name(info.param); });
+
+// The pre-pass's narrower memory paths (4-byte loads and 2-byte stores; single elements and bytes)
+// against the host, bit for bit. The K8 grid above reaches only its 16-byte path: the forward
+// that follows the pre-pass there needs 16-byte strides.
+class K8GpuPrePass : public ::testing::TestWithParam<K8Shape> {};
+
+TEST_P(K8GpuPrePass, NarrowLayoutsMatchHost) {
+  if (!k8_runs_here()) GTEST_SKIP() << "no sm_90 device or k8 not built";
+  K8Case c(GetParam(), run_seed());
+  K8Run run(c);
+  ASSERT_TRUE(run.ok);
+  ASSERT_TRUE(run.quantize());
+  expect_pre_passes_equal(c);
+}
+
+std::vector<K8Shape> k8_prepass_grid() {
+  std::vector<K8Shape> g;
+  using R = fa::Fp8Rotation;
+  for (int d : {64, 128, 256}) {
+    for (int m : {2, 1}) {
+      g.push_back({.batch = 2, .seqlen_q = 203, .seqlen_k = 331, .heads_q = 4, .heads_kv = 2,
+                   .head_dim = d, .rotation = R::hadamard, .outliers = true, .misalign = m});
+      g.push_back({.batch = 1, .seqlen_q = 97, .seqlen_k = 1, .heads_q = 3, .heads_kv = 1,
+                   .head_dim = d, .in_dtype = fa::DType::fp16, .rotation = R::none,
+                   .misalign = m});
+    }
+  }
+  return g;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, K8GpuPrePass, ::testing::ValuesIn(k8_prepass_grid()),
                          [](const auto& info) { return k8_name(info.param); });
 
 // 100 runs of the pre-pass and the forward on one input: bitwise the same.
