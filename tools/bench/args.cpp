@@ -145,7 +145,8 @@ const std::vector<Flag>& flags() {
        "                         head) (k7; = --dtype e4m3); per_block: bf16 on the device and\n"
        "                         every timed run is quantize_fp8() (one descale per block of\n"
        "                         rows) then the forward on its output (k8; the pre-pass is in\n"
-       "                         the time); per_block_hadamard: the same with q and k rotated\n"
+       "                         the time; the JSON adds prepass_ms and forward_ms, each part\n"
+       "                         timed alone); per_block_hadamard: the same with q and k rotated\n"
        "                         (Hadamard, rotation seed 17: kRotationSeed) [per_tensor]",
        [](Options& o, std::string_view v) -> std::string {
          std::optional<Fp8Scaling> mode;

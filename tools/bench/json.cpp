@@ -73,6 +73,10 @@ std::string record_json(const Record& r) {
   s += ", \"ms_min\": " + (r.ran ? number(r.timing.min_ms) : "null");
   s += ", \"iters\": " + std::to_string(r.ran ? r.timing.iters : 0);
   s += ", \"tflops\": " + (r.ran ? number(r.tflops) : "null");
+  if (r.prepass_ms > 0) {  // K8: the whole's parts, each timed on its own
+    s += ", \"prepass_ms\": " + number(r.prepass_ms);
+    s += ", \"forward_ms\": " + number(r.forward_ms);
+  }
   s += ", \"flops\": " + number(r.flops.flops);
   s += ", \"flop_convention\": " + escape(r.flops.convention);
   s += ", \"max_err\": " + (checked ? number(r.check.result.max_err) : "null");

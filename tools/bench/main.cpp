@@ -128,7 +128,8 @@ int run_main(int argc, char** argv) {
   if (opts.dtype == DType::e4m3 && fp8 != Fp8Scaling::per_tensor) {
     std::printf(
         "# inputs: %s drawn in bf16; every timed run is quantize_fp8() (e4m3, one descale per "
-        "block of rows%s) then the forward on its output; o in bf16\n",
+        "block of rows%s) then the forward on its output; o in bf16 (JSON: prepass_ms and "
+        "forward_ms, each part timed alone)\n",
         dist,
         fp8 == Fp8Scaling::per_block_hadamard
             ? (", q and k rotated by Hadamard with seed " + std::to_string(kRotationSeed)).c_str()

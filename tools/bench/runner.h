@@ -51,6 +51,10 @@ struct Record {
   int iters_requested = 0;  // the measured count may be lower for a slow kernel
   FlopCount flops;
   double tflops = 0;
+  // K8 (--fp8 per_block / per_block_hadamard): medians of the pre-pass alone and of the forward
+  // alone on its output, each timed like the whole (0 otherwise).
+  double prepass_ms = 0;
+  double forward_ms = 0;
   CheckSummary check;
   std::string error;
 };
