@@ -154,14 +154,18 @@ void run_timed(const Workload& w, const RunContext& ctx, Workspace& ws, const st
   TimingPolicy policy;
   policy.iters = ctx.iters;
   policy.warmup = memory == Memory::device ? ctx.warmup_gpu : ctx.warmup_cpu;
-  int next_set = 0;
   EventPool events;
-  const TimedBatch batch = [&](int n, std::vector<double>& ms) {
-    return memory == Memory::device
-               ? time_on_device(params, w.kernel, next_set, events, stream, n, ms)
-               : time_on_host(params, w.kernel, next_set, n, ms);
+  // Times `calls` (one per input set, rotated) under the policy, on the device or the host.
+  const auto timed = [&](const auto& calls, Timing& out) {
+    int next_set = 0;
+    const TimedBatch batch = [&](int n, std::vector<double>& ms) {
+      return memory == Memory::device
+                 ? time_on_device(calls, w.kernel, next_set, events, stream, n, ms)
+                 : time_on_host(calls, w.kernel, next_set, n, ms);
+    };
+    return measure(policy, batch, out);
   };
-  if (Status st = measure(policy, batch, rec.timing); !st.ok()) {
+  if (Status st = timed(params, rec.timing); !st.ok()) {
     rec.error = describe_status(st);
     return;
   }
@@ -178,21 +182,12 @@ void run_timed(const Workload& w, const RunContext& ctx, Workspace& ws, const st
       prepass.push_back({q.quantize});
       forward_only.push_back(q.forward);
     }
-    const auto part = [&](const auto& calls, Timing& out) {
-      int next = 0;
-      const TimedBatch run = [&](int n, std::vector<double>& ms) {
-        return memory == Memory::device
-                   ? time_on_device(calls, w.kernel, next, events, stream, n, ms)
-                   : time_on_host(calls, w.kernel, next, n, ms);
-      };
-      return measure(policy, run, out);
-    };
     Timing pre, fwd;
-    if (Status st = part(prepass, pre); !st.ok()) {
+    if (Status st = timed(prepass, pre); !st.ok()) {
       rec.error = describe_status(st);
       return;
     }
-    if (Status st = part(forward_only, fwd); !st.ok()) {
+    if (Status st = timed(forward_only, fwd); !st.ok()) {
       rec.error = describe_status(st);
       return;
     }
