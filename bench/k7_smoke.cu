@@ -20,6 +20,7 @@
 
 #include "common/host_dtype.h"
 #include "kernels/fa3_sm90/launch.cuh"
+#include "cuda_exit.cuh"
 
 using namespace flashattn;
 
@@ -58,15 +59,6 @@ K7_SMOKE_INSTANTIATE(128)
 K7_SMOKE_INSTANTIATE(256)
 #endif
 }  // namespace flashattn::fa3
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e = (x);                                                        \
-    if (e != cudaSuccess) {                                                     \
-      printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      exit(2);                                                                  \
-    }                                                                           \
-  } while (0)
 
 template <int D>
 static Status run_hdim(bool fp8, const Problem& p, const DebugOptions& dbg) {

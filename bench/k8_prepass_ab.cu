@@ -20,21 +20,13 @@
 
 #include "common/host_dtype.h"
 #include "kernels/quant/entry.h"
+#include "cuda_exit.cuh"
 
 namespace flashattn {
 Status quantize_fp8_device_old(const QuantizeFp8Params& params);
 }
 
 using namespace flashattn;
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e = (x);                                                        \
-    if (e != cudaSuccess) {                                                     \
-      printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      exit(1);                                                                  \
-    }                                                                           \
-  } while (0)
 
 struct Buffers {
   void *q, *k, *v, *q8, *k8, *v8;
@@ -156,10 +148,11 @@ static int check(std::mt19937& rng) {
   for (int d : {64, 128, 256}) {
     for (bool fp16 : {false, true}) {
       for (bool rotate : {true, false}) {
-        shapes.push_back({2, 1000, 333, 4, 2, d, fp16, rotate, 0, 0, 0});    // aligned: 16-byte paths
-        shapes.push_back({1, 517, 700, 3, 1, d, fp16, rotate, 2, 6, 2});    // 4-byte loads, 2-byte stores
-        shapes.push_back({1, 129, 97, 2, 2, d, fp16, rotate, 3, 5, 1});     // element loads, byte stores
-        shapes.push_back({3, 1, 2, 2, 1, d, fp16, rotate, 0, 0, 0});        // one row
+        // Aligned (16-byte paths); 4-byte loads and 2-byte stores; elements and bytes; one row.
+        shapes.push_back({2, 1000, 333, 4, 2, d, fp16, rotate, 0, 0, 0});
+        shapes.push_back({1, 517, 700, 3, 1, d, fp16, rotate, 2, 6, 2});
+        shapes.push_back({1, 129, 97, 2, 2, d, fp16, rotate, 3, 5, 1});
+        shapes.push_back({3, 1, 2, 2, 1, d, fp16, rotate, 0, 0, 0});
       }
     }
   }
@@ -174,11 +167,12 @@ static int check(std::mt19937& rng) {
                   ek = first_difference(a.kd, b.kd), ev = first_difference(a.vd, b.vd);
     const bool ok = dq < 0 && dk < 0 && dv < 0 && eq < 0 && ek < 0 && ev < 0;
     fails += !ok;
-    printf("%s b%d sq%d sk%d h%d/%d d%d %s rotate%d pad%d/%d off%d: first differences q %lld k %lld v %lld "
-           "descales %lld %lld %lld\n",
-           ok ? "PASS" : "FAIL", s.b, s.sq, s.sk, s.hq, s.hkv, s.d, s.fp16 ? "fp16" : "bf16", s.rotate,
-           s.in_pad, s.out_pad, s.out_offset, (long long)dq, (long long)dk, (long long)dv,
-           (long long)eq, (long long)ek, (long long)ev);
+    printf(
+        "%s b%d sq%d sk%d h%d/%d d%d %s rotate%d pad%d/%d off%d: first differences q %lld "
+        "k %lld v %lld descales %lld %lld %lld\n",
+        ok ? "PASS" : "FAIL", s.b, s.sq, s.sk, s.hq, s.hkv, s.d, s.fp16 ? "fp16" : "bf16", s.rotate,
+        s.in_pad, s.out_pad, s.out_offset, (long long)dq, (long long)dk, (long long)dv,
+        (long long)eq, (long long)ek, (long long)ev);
     release(m);
   }
   printf("fails %d\n", fails);

@@ -21,6 +21,7 @@
 #include "common/host_dtype.h"
 #include "kernels/fa3_sm90/launch.cuh"
 #include "kernels/quant/entry.h"
+#include "cuda_exit.cuh"
 
 using namespace flashattn;
 
@@ -32,15 +33,6 @@ template Status run_forward_fp8<cutlass::bfloat16_t, 64, ScheduleK6, false>(cons
 template Status run_forward_fp8<cutlass::bfloat16_t, 128, ScheduleK6, false>(const Problem&, const DebugOptions&);
 template Status run_forward_fp8<cutlass::bfloat16_t, 256, ScheduleK6, false>(const Problem&, const DebugOptions&);
 }  // namespace flashattn::fa3
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e = (x);                                                        \
-    if (e != cudaSuccess) {                                                     \
-      printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      exit(2);                                                                  \
-    }                                                                           \
-  } while (0)
 
 static Status run(bool blocks, const Problem& p) {
   DebugOptions dbg;
