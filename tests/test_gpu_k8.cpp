@@ -80,7 +80,8 @@ int blocks(int seqlen, int rows) { return (seqlen + rows - 1) / rows; }
 // K8Shape::misalign's layouts: every stride (elements) `step` more than dense, so that none is a
 // multiple of 8 (16 bytes of 16-bit data) and, with step 1, each is odd. Returns the elements to
 // allocate, `step` of them past the last for the outputs' offset.
-size_t misaligned_layout(int64_t (&stride)[4], int step, int batch, int seqlen, int heads, int dim) {
+size_t misaligned_layout(int64_t (&stride)[4], int step, int batch, int seqlen, int heads,
+                         int dim) {
   stride[3] = 1;
   stride[2] = dim + step;
   stride[1] = heads * stride[2] + step;

@@ -98,7 +98,8 @@ __device__ __forceinline__ void load16(const T* at, int vec, bool valid, float (
     for (int p = 0; p < 8; ++p) unpack<T>(w[p], x[2 * p], x[2 * p + 1]);
   } else if (vec == 4) {
 #pragma unroll
-    for (int p = 0; p < 8; ++p) unpack<T>(reinterpret_cast<const uint32_t*>(at)[p], x[2 * p], x[2 * p + 1]);
+    for (int p = 0; p < 8; ++p)
+      unpack<T>(reinterpret_cast<const uint32_t*>(at)[p], x[2 * p], x[2 * p + 1]);
   } else {
 #pragma unroll
     for (int e = 0; e < kPer; ++e) x[e] = to_float(at[e]);
@@ -254,7 +255,8 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const __grid_constan
   const Fp8BlockScale scale = fp8_block_scale(amax, job.power_of_two);
   const float f = scale.factor;
   if (threadIdx.x == 0) {
-    job.descale[(static_cast<int64_t>(seq) * job.heads + head) * job.blocks + block] = scale.descale;
+    job.descale[(static_cast<int64_t>(seq) * job.heads + head) * job.blocks + block] =
+        scale.descale;
   }
 
   // Pass 2: again, back to the low layout, rounded and stored 16 bytes a lane.
@@ -290,7 +292,8 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const __grid_constan
 
 template <class T, int kDim>
 Status launch(const Jobs& jobs, uint64_t seed, cudaStream_t stream) {
-  quantize_kernel<T, kDim><<<static_cast<unsigned>(jobs.first[3]), kThreads, 0, stream>>>(jobs, seed);
+  quantize_kernel<T, kDim>
+      <<<static_cast<unsigned>(jobs.first[3]), kThreads, 0, stream>>>(jobs, seed);
   return cuda_status(cudaGetLastError(), "quantize_fp8 kernel launch");
 }
 
@@ -332,7 +335,8 @@ TensorJob job_of(const TensorRef& in, const MutableTensorRef& out, float* descal
   j.rotate = rotate;
   j.power_of_two = power_of_two;
   j.in_vec = aligned(in.data, in.stride, 2, 16) ? 16 : aligned(in.data, in.stride, 2, 4) ? 4 : 2;
-  j.out_vec = aligned(out.data, out.stride, 1, 16) ? 16 : aligned(out.data, out.stride, 1, 2) ? 2 : 1;
+  const bool out16 = aligned(out.data, out.stride, 1, 16);
+  j.out_vec = out16 ? 16 : aligned(out.data, out.stride, 1, 2) ? 2 : 1;
   return j;
 }
 
