@@ -33,8 +33,9 @@ struct ConfigFp8 {
   // memory by every wgmma. At 8 bits and 64 keys, Q·Kᵀ with both operands in shared memory reads
   // 4 KB per 32 tensor cycles (m64n64k32), all of the SM's 128 bytes a cycle, beside the
   // producer's transpose and TMA. H100: +6-8% at d 256, ±0 at d 128, -2 to -3% at d 64
-  // (docs/PERF.md). Not with K8's per-block descales, whose softmax then spilled 24 bytes.
-  static constexpr bool kQInRegisters = kHeadDim_ >= 256 && !kBlockScales_;
+  // (docs/PERF.md). K8 too: its softmax then reads a block's descales when it needs them
+  // (BlockScaledSoftmax's kLateDescales; held from before the GEMM they spilled 24 bytes).
+  static constexpr bool kQInRegisters = kHeadDim_ >= 256;
   using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDim_;

@@ -47,8 +47,9 @@ struct MainloopFwd {
   using PipelineKV = typename C::PipelineKV;
   using PipelineV = typename C::PipelineV;
   using PipelineState = cutlass::PipelineState<C::kStages>;
-  using Softmax = std::conditional_t<C::kBlockScales, BlockScaledSoftmax<2, C::kPOffset>,
-                                     OnlineSoftmax<2, C::kPOffset>>;
+  using Softmax =
+      std::conditional_t<C::kBlockScales, BlockScaledSoftmax<2, C::kPOffset, C::kQInRegisters>,
+                         OnlineSoftmax<2, C::kPOffset>>;
   using POperand = typename C::POperand;
   using FragO = decltype(partition_fragment_C(typename C::TiledMmaPV{},
                                               Shape<Int<C::kBlockM>, Int<C::kHeadDimV>>{}));

@@ -22,7 +22,10 @@
 
 namespace flashattn::fa3 {
 
-template <int kRows, int kPOffset>
+// kLateDescales: step() reads the block's descales itself instead of load_block() reading them
+// before the block's scores are waited for. Read early, the loads are in flight under the GEMM but
+// hold two registers through it; with Q in registers (d 256) the softmax then spilled 24 bytes.
+template <int kRows, int kPOffset, bool kLateDescales = false>
 struct BlockScaledSoftmax {
   static constexpr float kSlack = kRescaleSlack - kPOffset;
 
@@ -32,7 +35,8 @@ struct BlockScaledSoftmax {
   float v_max = 1.f;       // dv_max of the tile: O's final factor
   const float* k_blocks;   // dk(n), dv(n) of the tile's (sequence, KV head)
   const float* v_blocks;
-  float dk = 1.f, dv = 1.f;  // of the block load_block() read
+  float dk = 1.f, dv = 1.f;  // of the block load_block() read (kLateDescales: unused)
+  int block = 0;             // the block load_block() named
 
   __device__ __forceinline__ BlockScaledSoftmax() {
 #pragma unroll
@@ -42,13 +46,18 @@ struct BlockScaledSoftmax {
   // Reads key block n's descales; called before the block's scores are waited for, so that the
   // loads are in flight under the GEMM.
   __device__ __forceinline__ void load_block(int n) {
-    dk = k_blocks[n];
-    dv = v_blocks[n];
+    if constexpr (kLateDescales) {
+      block = n;
+    } else {
+      dk = k_blocks[n];
+      dv = v_blocks[n];
+    }
   }
 
   // One key block, as OnlineSoftmax::step (same contract for factor and the return value).
   template <class Frag>
   __device__ __forceinline__ bool step(Frag& s, float (&factor)[kRows], const SoftmaxOptions& opt) {
+    if constexpr (kLateDescales) dk = k_blocks[block], dv = v_blocks[block];
     const float v_log2 = __log2f(__fdividef(dv, v_max));  // <= 0: P·dv/dv_max stays <= 2^kPOffset
     const float v_inv = __fdividef(v_max, dv);
     bool moved = false;
