@@ -87,6 +87,7 @@ struct Config {
   static constexpr int kPOffset = 0;  // log2 offset of P (OnlineSoftmax)
   static constexpr bool kDescales = false;   // FP8's per-(sequence, KV head) descales
   static constexpr bool kBlockScales = false;  // K8's per-block descales
+  static constexpr bool kFtzVFactors = false;  // (K8 only; config_fp8.cuh)
   static constexpr bool kTransposeV = false;  // V read by P·V as TMA lands it
   static constexpr bool kQInRegisters = false;  // Q·Kᵀ reads Q from shared memory
   using Schedule = Schedule_;

@@ -36,6 +36,10 @@ struct ConfigFp8 {
   // (docs/PERF.md). K8 too: its softmax then reads a block's descales when it needs them
   // (BlockScaledSoftmax's kLateDescales; held from before the GEMM they spilled 24 bytes).
   static constexpr bool kQInRegisters = kHeadDim_ >= 256;
+  // K8's per-block v factors without range fix-ups (BlockScaledSoftmax): d 128 only. H200, one
+  // call: d128 16k kernel +2.8% (347 instead of 364 instructions per warp and key block, ncu); d64
+  // 16k -7% (the same code, another schedule); at d 256 the softmax spilled 36-40 bytes.
+  static constexpr bool kFtzVFactors = kHeadDim_ == 128;
   using Schedule = Schedule_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDim_;

@@ -48,7 +48,8 @@ struct MainloopFwd {
   using PipelineV = typename C::PipelineV;
   using PipelineState = cutlass::PipelineState<C::kStages>;
   using Softmax =
-      std::conditional_t<C::kBlockScales, BlockScaledSoftmax<2, C::kPOffset, C::kQInRegisters>,
+      std::conditional_t<C::kBlockScales,
+                         BlockScaledSoftmax<2, C::kPOffset, C::kQInRegisters, C::kFtzVFactors>,
                          OnlineSoftmax<2, C::kPOffset>>;
   using POperand = typename C::POperand;
   using FragO = decltype(partition_fragment_C(typename C::TiledMmaPV{},
@@ -115,7 +116,7 @@ struct MainloopFwd {
     for (int lanes = 16; lanes > 0; lanes /= 2) {
       v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffffu, v_max, lanes));
     }
-    softmax.v_max = v_max > 0.f ? v_max : 1.f;
+    softmax.set_v_max(v_max > 0.f ? v_max : 1.f);
     return softmax;
   }
 
@@ -130,7 +131,8 @@ struct MainloopFwd {
                                             const Softmax& softmax) const {
     if constexpr (C::kBlockScales) {
       Tensor o = rowcol(tOrO);
-      const float factor[2] = {softmax.v_max, softmax.v_max};
+      const float vm = softmax.v_max();
+      const float factor[2] = {vm, vm};
       scale_rows(o, factor);
     } else if constexpr (C::kDescales) {
       if (problem.v_descale != nullptr) {

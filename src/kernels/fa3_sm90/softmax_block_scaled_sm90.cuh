@@ -22,17 +22,32 @@
 
 namespace flashattn::fa3 {
 
+// log2(x) and 1/x on the SFU, denormals flushed: no range fix-ups around the MUFU operation
+// (the caller keeps x normal).
+__device__ __forceinline__ float log2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // kLateDescales: step() reads the block's descales itself instead of load_block() reading them
 // before the block's scores are waited for. Read early, the loads are in flight under the GEMM but
 // hold two registers through it; with Q in registers (d 256) the softmax then spilled 24 bytes.
-template <int kRows, int kPOffset, bool kLateDescales = false>
+// kFtzVFactors: a block's v factors by the SFU's flush-to-zero forms from one clamped ratio (see
+// step()); otherwise by __log2f and __fdividef, with their range fix-ups.
+template <int kRows, int kPOffset, bool kLateDescales = false, bool kFtzVFactors = false>
 struct BlockScaledSoftmax {
   static constexpr float kSlack = kRescaleSlack - kPOffset;
 
   float m[kRows];          // reference max per row, log2 units (scale and descales applied)
   float l[kRows];          // partial row sums, in P's units (offset 2^kPOffset)
   float row_scale[kRows];  // scale_log2 · dq(row)
-  float v_max = 1.f;       // dv_max of the tile: O's final factor
+  float v_ref = 1.f;       // 1 / dv_max (kFtzVFactors) or dv_max, the tile's largest dv
   const float* k_blocks;   // dk(n), dv(n) of the tile's (sequence, KV head)
   const float* v_blocks;
   float dk = 1.f, dv = 1.f;  // of the block load_block() read (kLateDescales: unused)
@@ -42,6 +57,12 @@ struct BlockScaledSoftmax {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0.f;
   }
+
+  // O's final factor dv_max. With kFtzVFactors only its inverse is held through the tile, and
+  // dv_max comes back once at the end (exact for the pre-pass's powers of two, else within an
+  // ulp of fp32).
+  __device__ __forceinline__ void set_v_max(float vm) { v_ref = kFtzVFactors ? 1.f / vm : vm; }
+  __device__ __forceinline__ float v_max() const { return kFtzVFactors ? 1.f / v_ref : v_ref; }
 
   // Reads key block n's descales; called before the block's scores are waited for, so that the
   // loads are in flight under the GEMM.
@@ -57,9 +78,22 @@ struct BlockScaledSoftmax {
   // One key block, as OnlineSoftmax::step (same contract for factor and the return value).
   template <class Frag>
   __device__ __forceinline__ bool step(Frag& s, float (&factor)[kRows], const SoftmaxOptions& opt) {
+    // v_log2 = log2(dv/dv_max) <= 0 keeps P·dv/dv_max <= 2^kPOffset; v_inv = dv_max/dv.
     if constexpr (kLateDescales) dk = k_blocks[block], dv = v_blocks[block];
-    const float v_log2 = __log2f(__fdividef(dv, v_max));  // <= 0: P·dv/dv_max stays <= 2^kPOffset
-    const float v_inv = __fdividef(v_max, dv);
+    float v_log2, v_inv;
+    if constexpr (!kFtzVFactors) {
+      v_log2 = __log2f(__fdividef(dv, v_ref));
+      v_inv = __fdividef(v_ref, dv);
+    } else {
+      // rv = dv/dv_max in (0, 1], clamped to the smallest normal float so that the SFU's
+      // flush-to-zero forms need no range fix-ups (__log2f's and __fdividef's: ~13 instructions
+      // per block and thread, ncu at d 128). Nothing changes for ratios from 2^-126; below, the
+      // block's P·rv is under e4m3's smallest value (0 in the GEMM) either way, and 1/rv stays
+      // finite (a row sum of 0 times an infinite 1/rv was NaN).
+      const float rv = fmaxf(dv * v_ref, 1.175494351e-38f);
+      v_log2 = log2_approx(rv);
+      v_inv = rcp_approx(rv);
+    }
     bool moved = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
