@@ -50,8 +50,8 @@ struct BlockScaledSoftmax {
   float v_ref = 1.f;       // 1 / dv_max (kFtzVFactors) or dv_max, the tile's largest dv
   const float* k_blocks;   // dk(n), dv(n) of the tile's (sequence, KV head)
   const float* v_blocks;
-  float dk = 1.f, dv = 1.f;  // of the block load_block() read (kLateDescales: unused)
-  int block = 0;             // the block load_block() named
+  float dk = 1.f, dv = 1.f;  // key block's descales: read by load_block() (kLateDescales: step())
+  int block = 0;             // kLateDescales: the block load_block() named
 
   __device__ __forceinline__ BlockScaledSoftmax() {
 #pragma unroll
