@@ -1,9 +1,9 @@
 // The backward stages shared by every GPU family, on the problem's stream:
-//   1. preprocess (one warp per query row and head): D = rowsum(dO ∘ O) in fp32, LSE·log2e (+inf
+//   1. preprocess (a group of threads per query row and head): D = rowsum(dO ∘ O) in fp32, LSE·log2e (+inf
 //      for a row that sees no key, so that its P is exactly 0), the row of the fp32 dQ
 //      accumulator zeroed;
 //   2. the family's main kernel;
-//   3. postprocess (one warp per query row and head): dQ = scale · accumulator, rounded to the
+//   3. postprocess (a group of threads per query row and head): dQ = scale · accumulator, rounded to the
 //      element type, through dq's strides; and, with sinks and dsinks, one block per head sums
 //      dsink = −Σ_rows exp(sink − LSE) · D in a fixed order.
 // The workspace (accumulator, LSE, D, semaphores) comes from the library's stream-ordered pool
@@ -24,7 +24,22 @@
 namespace flashattn::bwd {
 namespace {
 
-constexpr int kRowWarps = 8;  // rows (x heads) per block of the pre/postprocess
+// The pre- and postprocess give each (row, head) a group of kGroup threads, 8 channels (one
+// 16-byte load of bf16/fp16) a thread: kGroup = 8, 16 or 32, the smallest power of two covering
+// the larger head dim, so every head dim is one pass (256 channels at most) and a warp holds
+// 32 / kGroup rows. Each thread takes kRowsPerThread rows, their loads issued before any use, so
+// enough bytes are in flight per SM to keep HBM busy: one warp per row (what these kernels were
+// first) left 24 of 32 lanes idle at d 64 and 16 at d 128.
+constexpr int kStageThreads = 256;
+constexpr int kRowsPerThread = 2;
+
+int stage_group(const Problem& p) {
+  const int d = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  return d <= 64 ? 8 : d <= 128 ? 16 : 32;
+}
+
+// Rows one block covers: kStageThreads / kGroup per pass, kRowsPerThread passes.
+constexpr int stage_rows(int group) { return kStageThreads / group * kRowsPerThread; }
 
 // Element offset of (row token r, head h) in a tensor with strides (batch, row, head): r is
 // b * seqlen_q + i for padded tensors, the packed token for variable length.
@@ -42,65 +57,92 @@ __device__ __forceinline__ int64_t lse_index(const Problem& p, int64_t r, int h)
 }
 
 template <typename Element>
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+__device__ __forceinline__ float dot8(const uint4& u, const uint4& v) {
+  const uint32_t a[4] = {u.x, u.y, u.z, u.w}, b[4] = {v.x, v.y, v.z, v.w};
+  float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    f[2 * i] = to_float<Element>(static_cast<unsigned short>(w[i] & 0xffff));
-    f[2 * i + 1] = to_float<Element>(static_cast<unsigned short>(w[i] >> 16));
+    sum += to_float<Element>(static_cast<unsigned short>(a[i] & 0xffff)) *
+           to_float<Element>(static_cast<unsigned short>(b[i] & 0xffff));
+    sum += to_float<Element>(static_cast<unsigned short>(a[i] >> 16)) *
+           to_float<Element>(static_cast<unsigned short>(b[i] >> 16));
   }
+  return sum;
 }
 
-// Grid (ceil(rows / kRowWarps), heads_q); one warp per (row, head).
-template <typename Element>
-__global__ void __launch_bounds__(32 * kRowWarps)
+// Grid (ceil(rows / stage_rows(kGroup)), heads_q); a group of kGroup threads per (row, head).
+template <typename Element, int kGroup>
+__global__ void __launch_bounds__(kStageThreads)
     preprocess_kernel(const BackwardProblem bp, const Workspace ws) {
+  constexpr int kRowsPerPass = kStageThreads / kGroup;
   const Problem& p = bp.fwd;
-  const int lane = threadIdx.x % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  const int c = threadIdx.x % kGroup * 8;  // this thread's first channel
   const int h = blockIdx.y;
-  if (r >= ws.rows) return;
-  const Element* o = static_cast<const Element*>(p.o) + row_offset(p, p.o_stride, r, h);
-  const Element* d_o = static_cast<const Element*>(bp.dout) + row_offset(p, bp.dout_stride, r, h);
-  float sum = 0.f;
-  for (int c = lane * 8; c < p.head_dim_v; c += 32 * 8) {
-    float a[8], x[8];
-    unpack8<Element>(*reinterpret_cast<const uint4*>(o + c), a);
-    unpack8<Element>(*reinterpret_cast<const uint4*>(d_o + c), x);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerPass * kRowsPerThread +
+                     threadIdx.x / kGroup;
+  uint4 o[kRowsPerThread], d_o[kRowsPerThread];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sum += a[i] * x[i];
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t r = r0 + i * kRowsPerPass;
+    o[i] = d_o[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (r < ws.rows && c < p.head_dim_v) {
+      o[i] = *reinterpret_cast<const uint4*>(static_cast<const Element*>(p.o) +
+                                             row_offset(p, p.o_stride, r, h) + c);
+      d_o[i] = *reinterpret_cast<const uint4*>(static_cast<const Element*>(bp.dout) +
+                                               row_offset(p, bp.dout_stride, r, h) + c);
+    }
   }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  const int64_t w = static_cast<int64_t>(h) * ws.rows + r;
-  if (lane == 0) {
-    const float lse = p.lse[lse_index(p, r, h)];
-    ws.dsum[w] = sum;
-    ws.lse_log2[w] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t r = r0 + i * kRowsPerPass;
+    float sum = dot8<Element>(o[i], d_o[i]);  // 0 where the thread holds no channels
+#pragma unroll
+    for (int off = kGroup / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (r >= ws.rows) continue;
+    const int64_t w = static_cast<int64_t>(h) * ws.rows + r;
+    if (c == 0) {
+      const float lse = p.lse[lse_index(p, r, h)];
+      ws.dsum[w] = sum;
+      ws.lse_log2[w] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+    }
+    if (c < p.head_dim) {
+      float4* acc = reinterpret_cast<float4*>(ws.dq_accum + w * p.head_dim + c);
+      acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
-  float4* acc = reinterpret_cast<float4*>(ws.dq_accum + w * p.head_dim);
-  for (int c = lane; c < p.head_dim / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-template <typename Element>
-__global__ void __launch_bounds__(32 * kRowWarps)
+template <typename Element, int kGroup>
+__global__ void __launch_bounds__(kStageThreads)
     postprocess_kernel(const BackwardProblem bp, const Workspace ws) {
+  constexpr int kRowsPerPass = kStageThreads / kGroup;
   const Problem& p = bp.fwd;
-  const int lane = threadIdx.x % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  const int c = threadIdx.x % kGroup * 8;
   const int h = blockIdx.y;
-  if (r >= ws.rows) return;
-  const float* acc = ws.dq_accum + (static_cast<int64_t>(h) * ws.rows + r) * p.head_dim;
-  Element* dq = static_cast<Element*>(bp.dq) + row_offset(p, bp.dq_stride, r, h);
-  for (int c = lane * 8; c < p.head_dim; c += 32 * 8) {
-    const float4 a = *reinterpret_cast<const float4*>(acc + c);
-    const float4 b = *reinterpret_cast<const float4*>(acc + c + 4);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerPass * kRowsPerThread +
+                     threadIdx.x / kGroup;
+  if (c >= p.head_dim) return;  // no shuffles below
+  float4 a[kRowsPerThread], b[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t r = r0 + i * kRowsPerPass;
+    if (r < ws.rows) {
+      const float* acc = ws.dq_accum + (static_cast<int64_t>(h) * ws.rows + r) * p.head_dim + c;
+      a[i] = *reinterpret_cast<const float4*>(acc);
+      b[i] = *reinterpret_cast<const float4*>(acc + 4);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t r = r0 + i * kRowsPerPass;
+    if (r >= ws.rows) continue;
     uint4 out;
-    out.x = pack2<Element>(a.x * p.scale, a.y * p.scale);
-    out.y = pack2<Element>(a.z * p.scale, a.w * p.scale);
-    out.z = pack2<Element>(b.x * p.scale, b.y * p.scale);
-    out.w = pack2<Element>(b.z * p.scale, b.w * p.scale);
-    *reinterpret_cast<uint4*>(dq + c) = out;
+    out.x = pack2<Element>(a[i].x * p.scale, a[i].y * p.scale);
+    out.y = pack2<Element>(a[i].z * p.scale, a[i].w * p.scale);
+    out.z = pack2<Element>(b[i].x * p.scale, b[i].y * p.scale);
+    out.w = pack2<Element>(b[i].z * p.scale, b[i].w * p.scale);
+    *reinterpret_cast<uint4*>(static_cast<Element*>(bp.dq) + row_offset(p, bp.dq_stride, r, h) +
+                              c) = out;
   }
 }
 
@@ -132,15 +174,22 @@ template <typename Element>
 Status run_stages(const BackwardProblem& bp, const Workspace& ws, MainKernel main_kernel) {
   const Problem& p = bp.fwd;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  const dim3 rows_grid(static_cast<unsigned>((ws.rows + kRowWarps - 1) / kRowWarps),
+  const int group = stage_group(p);
+  const dim3 rows_grid(static_cast<unsigned>((ws.rows + stage_rows(group) - 1) / stage_rows(group)),
                        static_cast<unsigned>(p.heads_q));
+  auto pre = group == 8    ? preprocess_kernel<Element, 8>
+             : group == 16 ? preprocess_kernel<Element, 16>
+                           : preprocess_kernel<Element, 32>;
+  auto post = group == 8    ? postprocess_kernel<Element, 8>
+              : group == 16 ? postprocess_kernel<Element, 16>
+                            : postprocess_kernel<Element, 32>;
   if (ws.rows > 0) {
-    preprocess_kernel<Element><<<rows_grid, 32 * kRowWarps, 0, stream>>>(bp, ws);
+    pre<<<rows_grid, kStageThreads, 0, stream>>>(bp, ws);
     FA_CUDA_LAUNCH_CHECK("backward preprocess");
   }
   if (Status s = main_kernel(bp, ws); !s.ok()) return s;
   if (ws.rows > 0) {
-    postprocess_kernel<Element><<<rows_grid, 32 * kRowWarps, 0, stream>>>(bp, ws);
+    post<<<rows_grid, kStageThreads, 0, stream>>>(bp, ws);
     FA_CUDA_LAUNCH_CHECK("backward postprocess");
   }
   if (bp.dsinks != nullptr) {
@@ -162,6 +211,10 @@ Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const cha
   if (p.batch > 65535 || p.heads_kv > 65535 || p.heads_q > 65535) {
     return {StatusCode::unsupported,
             std::string(family) + ": the backward's grid takes at most 65535 sequences and heads"};
+  }
+  if (p.head_dim > 256 || p.head_dim_v > 256 || p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) {
+    return {StatusCode::unsupported,
+            std::string(family) + ": the backward's stages take head dims of 8k <= 256"};
   }
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   Workspace ws;
