@@ -27,11 +27,12 @@ namespace {
 // The pre- and postprocess give each (row, head) a group of kGroup threads, 8 channels (one
 // 16-byte load of bf16/fp16) a thread: kGroup = 8, 16 or 32, the smallest power of two covering
 // the larger head dim, so every head dim is one pass (256 channels at most) and a warp holds
-// 32 / kGroup rows. Each thread takes kRowsPerThread rows, their loads issued before any use, so
-// enough bytes are in flight per SM to keep HBM busy: one warp per row (what these kernels were
-// first) left 24 of 32 lanes idle at d 64 and 16 at d 128.
+// 32 / kGroup rows. One warp per row (what these kernels were first) left 24 of 32 lanes idle at
+// d 64 and 16 at d 128: the preprocess ran at 1.4-2.8 TB/s (H200). kRowsPerThread rows a thread,
+// their loads issued before any use: measured 1, 2 and 4 (2026-11-28, H200, d 64 / 128 s512):
+// 2 was 3% slower than 1 and 4 20% slower (fewer blocks, the same bytes in flight), so 1.
 constexpr int kStageThreads = 256;
-constexpr int kRowsPerThread = 2;
+constexpr int kRowsPerThread = 1;
 
 int stage_group(const Problem& p) {
   const int d = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
