@@ -106,6 +106,13 @@ struct ConfigBwd {
   // the H100 (2026-11-25, A/B in one call each): +3.2% at d 128 (2k dense, 8k causal); at d 64
   // -1.0% / -4.8% on 64-row query blocks, but +2.6-4.5% on today's 128-row ones.
   static constexpr bool kSharedStores = true;
+  // P and dS rounded into shared memory by stmatrix (store_stsm in kernel_bwd_sm90.cuh) rather
+  // than st.shared pairs; dQ's fp32 staging keeps kSharedStores' pairs (stmatrix is 16-bit).
+#ifdef FLASHATTN_BWD_NO_STMATRIX
+  static constexpr bool kStmatrix = false;
+#else
+  static constexpr bool kStmatrix = true;
+#endif
   // Query rows per step of the walk: 128 at d 64, where a 64-row step's GEMMs (2.6 MFLOP a
   // warpgroup) left the step's fixed costs (barriers, waits, LSE/D loads, dQ's staging) large.
   static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;

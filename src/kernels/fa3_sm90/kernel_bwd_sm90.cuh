@@ -41,6 +41,7 @@
 #include "common/sequence_view.cuh"
 #include "kernels/bwd_stages/walk.cuh"
 #include "kernels/fa3_sm90/config_bwd.cuh"
+#include "kernels/fa3_sm90/p_operand_sm90.cuh"
 #include "kernels/fa3_sm90/params_bwd_sm90.cuh"
 #include "kernels/fa3_sm90/softmax_sm90.cuh"
 #include "kernels/fa3_sm90/wgmma_sm90.cuh"
@@ -94,6 +95,21 @@ __device__ __forceinline__ void store_pairs(const Frag& acc, Smem&& smem) {
       *reinterpret_cast<uint32_t*>(&smem(e)) = pack_pair<Element>(acc(e), acc(e + 1));
     }
   }
+}
+
+// An fp32 accumulator fragment of `mma` (one warpgroup's tiled wgmma; thread wtid of it) rounded
+// into its 16-bit shared-memory tile by stmatrix: four 8 x 8 tiles (a 16 x 16 block, 16 bytes a
+// thread) per instruction, where store_pairs takes one st.shared per two values plus the
+// swizzled address of each (ncu, H200, d128 s4096: 16 STS and ~36 address instructions per warp
+// and step for P alone; cuDNN's backward stores its tiles by stmatrix).
+template <class Element, class TiledMma, class Frag, class SmemTensor>
+__device__ __forceinline__ void store_stsm(const TiledMma& mma, int wtid, const Frag& acc,
+                                           const SmemTensor& smem) {
+  Tensor r = make_tensor_like<Element>(acc);
+  convert_into(acc, r);
+  auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma);
+  auto thr = stsm.get_thread_slice(wtid);
+  copy(stsm, thr.retile_S(r), thr.partition_D(smem));
 }
 
 // An fp32 accumulator fragment copied into an fp32 shared-memory tile (dQ's staging): with
@@ -548,7 +564,11 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     Tensor dp = rowcol(tdPrdP);
     probabilities<kBlockM, kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
     // P_w is read only by this warpgroup's dV GEMM, which the last step waited for.
-    store_pairs<Element, C::kSharedStores>(tSrS, tPsP);
+    if constexpr (C::kStmatrix) {
+      store_stsm<Element>(mma_sdp, wtid, tSrS, sPw);
+    } else {
+      store_pairs<Element, C::kSharedStores>(tSrS, tPsP);
+    }
     cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma
     named_barrier_sync(kBwdPWG0 + wg, 128);
     wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt(_, _, _, st), tdVrdV);  // under dS's math
@@ -559,9 +579,14 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     // this one two wk.steps ago (behind the last kBwdDsReady).
     Element* ds_buf = ss.ds.data() + (i & 1) * kBlockM * kBlockN;
     Element* ds_wg = ds_buf + wg * kBlockM * kKeysWG;
-    store_pairs<Element, C::kSharedStores>(
-        tdPrdP,
-        thr_sdp.partition_C(make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWG{})));
+    if constexpr (C::kStmatrix) {
+      store_stsm<Element>(mma_sdp, wtid, tdPrdP,
+                          make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWG{}));
+    } else {
+      store_pairs<Element, C::kSharedStores>(
+          tdPrdP,
+          thr_sdp.partition_C(make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWG{})));
+    }
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kBwdDsReady, C::kMmaThreads);
 
