@@ -72,7 +72,8 @@ def main():
     q, k, v = mk(b, s, h, d), mk(b, s, h, d), mk(b, s, h, d)
     dout = torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
     out = flashattn.flash_attn_func(q, k, v, causal=True)
-    out_plain, lse = ops.fwd(q.detach(), k.detach(), v.detach(), d ** -0.5, True, -1, -1, "auto")[:2]
+    out_plain, lse = ops.fwd(q.detach(), k.detach(), v.detach(), d ** -0.5, True, -1, -1,
+                             "auto")[:2]
 
     captured = {}
     real_backward = _lib.backward

@@ -37,7 +37,8 @@ def main():
     args = ap.parse_args()
     na, nb = args.names.split(",")
     (ea, sa, ta), (eb, sb, tb) = load(args.a), load(args.b)
-    tot_a, tot_b, smp_a, smp_b = sum(ea.values()), sum(eb.values()), sum(sa.values()), sum(sb.values())
+    tot_a, tot_b = sum(ea.values()), sum(eb.values())
+    smp_a, smp_b = sum(sa.values()), sum(sb.values())
     print(f"{na}: {tot_a} warp instructions executed, {ta} static; {nb}: {tot_b}, {tb} static")
     print(f"{'opcode':12s} {na:>12s} {nb:>12s} {nb + '-' + na:>9s} | samples {na:>6s} {nb:>6s}")
     for op in sorted(set(ea) | set(eb), key=lambda k: -(ea[k] + eb[k]))[:args.top]:

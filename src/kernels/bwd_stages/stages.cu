@@ -1,11 +1,11 @@
 // The backward stages shared by every GPU family, on the problem's stream:
-//   1. preprocess (a group of threads per query row and head): D = rowsum(dO ∘ O) in fp32, LSE·log2e (+inf
-//      for a row that sees no key, so that its P is exactly 0), the row of the fp32 dQ
-//      accumulator zeroed;
+//   1. preprocess (a group of threads per query row and head): D = rowsum(dO ∘ O) in fp32,
+//      LSE·log2e (+inf for a row that sees no key, so that its P is exactly 0), the row of the
+//      fp32 dQ accumulator zeroed;
 //   2. the family's main kernel;
-//   3. postprocess (a group of threads per query row and head): dQ = scale · accumulator, rounded to the
-//      element type, through dq's strides; and, with sinks and dsinks, one block per head sums
-//      dsink = −Σ_rows exp(sink − LSE) · D in a fixed order.
+//   3. postprocess (a group of threads per query row and head): dQ = scale · accumulator,
+//      rounded to the element type, through dq's strides; and, with sinks and dsinks, one block
+//      per head sums dsink = −Σ_rows exp(sink − LSE) · D in a fixed order.
 // The workspace (accumulator, LSE, D, semaphores) comes from the library's stream-ordered pool
 // and goes back to it once the postprocess is queued.
 #include <cuda_bf16.h>
@@ -17,6 +17,7 @@
 
 #include "common/convert.cuh"
 #include "common/cuda_check.h"
+#include "common/head_dims.h"
 #include "common/math_constants.h"
 #include "common/workspace.h"
 #include "kernels/bwd_stages/stages.h"
@@ -33,6 +34,16 @@ namespace {
 // 2 was 3% slower than 1 and 4 20% slower (fewer blocks, the same bytes in flight), so 1.
 constexpr int kStageThreads = 256;
 constexpr int kRowsPerThread = 1;
+
+// Every head dim the library accepts is one pass of the groups: 16-byte loads (a multiple of 8
+// channels) and at most 32 threads of 8 channels.
+constexpr bool stage_head_dims_fit() {
+  for (const HeadDims& h : kHeadDims) {
+    if (h.qk > 256 || h.v > 256 || h.qk % 8 != 0 || h.v % 8 != 0) return false;
+  }
+  return true;
+}
+static_assert(stage_head_dims_fit(), "a head dim the pre/postprocess cannot cover in one pass");
 
 int stage_group(const Problem& p) {
   const int d = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
@@ -212,10 +223,6 @@ Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const cha
   if (p.batch > 65535 || p.heads_kv > 65535 || p.heads_q > 65535) {
     return {StatusCode::unsupported,
             std::string(family) + ": the backward's grid takes at most 65535 sequences and heads"};
-  }
-  if (p.head_dim > 256 || p.head_dim_v > 256 || p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) {
-    return {StatusCode::unsupported,
-            std::string(family) + ": the backward's stages take head dims of 8k <= 256"};
   }
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   Workspace ws;

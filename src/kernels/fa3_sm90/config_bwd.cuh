@@ -108,6 +108,7 @@ struct ConfigBwd {
   static constexpr bool kSharedStores = true;
   // P and dS rounded into shared memory by stmatrix (store_stsm in kernel_bwd_sm90.cuh) rather
   // than st.shared pairs; dQ's fp32 staging keeps kSharedStores' pairs (stmatrix is 16-bit).
+  // Build define FLASHATTN_BWD_NO_STMATRIX: the pairs again, for an A/B.
 #ifdef FLASHATTN_BWD_NO_STMATRIX
   static constexpr bool kStmatrix = false;
 #else
