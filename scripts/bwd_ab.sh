@@ -6,13 +6,14 @@
 # (deterministic and not) at each head dim of $CHECK_HDIMS (default 128 256). Then every build on
 # each configuration of $CONFIGS (default below: "hdim seqlen batch heads [flags]" separated by
 # ';'), the builds' order reversed on every other configuration so that drift favours none ->
-# $OUT/ab.jsonl (each record's "build" names it) and a table in $OUT/summary.txt.
+# $OUT/ab.jsonl (each record's "build" names it) and a table in $OUT/summary.txt. NAME@FLAG runs
+# build NAME with one more flashattn-bench flag (e.g. pers@--no-persistent), a variant of its own.
 # Usage (device): bash scripts/bwd_ab.sh a b [c ...]
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: bwd_ab.sh NAME NAME [NAME ...]"; exit 2; }
 S=$OUT/summary.txt
 BUILDS="$*"
-for v in "$@"; do mkdir -p /tmp/fa_$v && tar -C /tmp/fa_$v -xJf .devbin-$v/bin.tar.xz; done
+for v in "$@"; do b=${v%%@*}; [ -d /tmp/fa_$b ] || { mkdir -p /tmp/fa_$b && tar -C /tmp/fa_$b -xJf .devbin-$b/bin.tar.xz; }; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv | tee -a $S
 if [ "${SKIP_CHECKS:-0}" != 1 ]; then
   C=/tmp/fa_check; mkdir -p $C && tar -C $C -xJf .devbin/bin.tar.xz
@@ -39,9 +40,10 @@ for cfg in "${cfgs[@]}"; do
   ((n % 2)) || order=$(echo "$BUILDS" | tr ' ' '\n' | tac | tr '\n' ' ')
   for v in $order; do
     rm -f $OUT/ab.json.part
-    # shellcheck disable=SC2068
-    timeout 60 /tmp/fa_$v/flashattn-bench --bwd --kernel k6 --hdim $d --seqlen $s --batch $b \
-      --heads $h $@ --json $OUT/ab.json.part > /dev/null 2>&1
+    extra=; [ "${v#*@}" != "$v" ] && extra=${v#*@}
+    # shellcheck disable=SC2068,SC2086
+    timeout 60 /tmp/fa_${v%%@*}/flashattn-bench --bwd --kernel k6 --hdim $d --seqlen $s --batch $b \
+      --heads $h $@ $extra --json $OUT/ab.json.part > /dev/null 2>&1
     python3 - "$OUT/ab.json.part" "$OUT/ab.jsonl" "$v" "$*" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); recs = d["records"] if isinstance(d, dict) else d

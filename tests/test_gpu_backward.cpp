@@ -119,7 +119,16 @@ void expect_matches_reference(BwdCase& c, const std::string& name, fa::Kernel ke
   DeviceCase dev(c);
   ASSERT_NO_FATAL_FAILURE(dev.run(kernel));
   const fa::BackwardParams& p = c.params;
-  const double work = double(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_k * 4 * p.head_dim;
+  // Query-key pairs the reference visits: per sequence for packed ones.
+  double pairs = double(p.batch) * p.seqlen_q * p.seqlen_k;
+  if (p.cu_seqlens_q != nullptr) {
+    pairs = 0;
+    for (int b = 0; b < p.batch; ++b) {
+      pairs += double(p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]) *
+               (p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b]);
+    }
+  }
+  const double work = pairs * p.heads_q * 4 * p.head_dim;
   const auto units = work > kFullCheckWork
                          ? fa::reference::sample_kv_heads(p, 2, fa_test::test_seed(1))
                          : std::vector<fa::reference::KvHeadId>{};
@@ -274,6 +283,36 @@ std::vector<GpuCase> grid() {
       s.sinks = causal;
       shapes.push_back(s);
     }
+  // More tiles (key block, KV head, sequence) than an H100/H200 has SMs, so that k6's persistent
+  // blocks each walk several: dense and causal, causal ones with key blocks that no query row
+  // sees (seqlen_q < seqlen_k: tiles of zero steps, dK = dV = 0) and rows that see no key
+  // (seqlen_q > seqlen_k); and packed sequences of every length from 0 (tiles without keys are
+  // passed over). Small enough for the full check (kFullCheckWork).
+  for (int d : {64, 128})
+    for (auto [sq, sk] : {std::pair{33, 257}, std::pair{257, 33}})
+      for (bool causal : {false, true}) {
+        BwdShape s;
+        s.batch = 9;
+        s.seqlen_q = sq;
+        s.seqlen_k = sk;
+        s.heads_q = d == 64 ? 16 : 8;
+        s.heads_kv = s.heads_q / (causal ? 2 : 1);
+        s.head_dim = d;
+        s.causal = causal;
+        shapes.push_back(s);
+      }
+  for (int d : {64, 128}) {
+    BwdShape s;
+    for (int i = 0; i < 60; ++i) {
+      s.lens_q.push_back(i * 37 % 100);
+      s.lens_k.push_back((i * 53 + 11) % 260);
+    }
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.head_dim = d;
+    s.causal = d == 128;
+    shapes.push_back(s);
+  }
   // Softcap 5, 30 and 50 (dS times 1 - t^2): every head dim, odd lengths, causal rows that see no
   // key, a window, GQA and MQA, sinks with softcap, packed sequences with empty ones, large logits.
   for (float cap : {5.f, 30.f, 50.f}) {
@@ -405,21 +444,26 @@ TEST(GpuBackwardDeterminism, TwentyRunsAreBitwiseIdentical) {
   for (fa::Kernel kernel : kKernels)
     for (int d : {64, 128, 256}) {
       if (!device_runs(kernel) || !runs_head_dims(kernel, d, d)) continue;
-      for (bool causal : {false, true}) {
+      for (int shape = 0; shape < 3; ++shape) {
+        const bool causal = shape > 0;
         SCOPED_TRACE(std::string(fa::kernel_name(kernel)) + " d " + std::to_string(d) +
-                     (causal ? " causal" : ""));
+                     (causal ? " causal" : "") + " shape " + std::to_string(shape));
         BwdShape s;
-        s.batch = 2;
+        // More tiles than an H100/H200 has SMs (at d 64/128: 144, 432 and 144): k6's blocks each
+        // walk several (the persistent walk on the short ones, shapes 0 and 2) and wait on each
+        // other's turns across them.
+        s.batch = 8;
         // Dense: 200 rows, an odd number of 32-row semaphore blocks (k6's slots of the last
         // 64-row block once ran into the next sequence's, and the walk hung).
-        s.seqlen_q = causal ? 1000 : 200;
-        s.seqlen_k = causal ? 1100 : 300;
-        s.heads_q = 8;
-        s.heads_kv = 2;
+        const int seqlens[3][2] = {{200, 300}, {1000, 1100}, {250, 300}};
+        s.seqlen_q = seqlens[shape][0];
+        s.seqlen_k = seqlens[shape][1];
+        s.heads_q = 24;
+        s.heads_kv = 6;
         s.head_dim = d;
         s.causal = causal;
         s.sinks = true;
-        BwdCase c(s, fa_test::test_seed(uint64_t(d) + causal));
+        BwdCase c(s, fa_test::test_seed(uint64_t(d) + shape));
         ASSERT_NO_FATAL_FAILURE(c.run_forward());
         DeviceCase dev(c);
         dev.params.deterministic = true;

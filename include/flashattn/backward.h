@@ -56,6 +56,11 @@ struct BackwardParams {
   bool deterministic = false;
 
   void* stream = nullptr;  // cudaStream_t; ignored by the cpu kernel
+
+  // Ablation switches; the defaults are the measured best. The backward reads `persistent`
+  // (k6: one block per SM walks the key blocks where each key block's walk is short; off, one
+  // block per key block always).
+  DebugOptions debug;
 };
 
 // Checks every rule for `params` run on `kernel`; ok when backward() would run.

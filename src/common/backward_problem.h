@@ -23,6 +23,7 @@ struct BackwardProblem {
 
   float* dsinks = nullptr;  // (heads_q,) or null
   bool deterministic = false;
+  bool persistent = true;  // debug.persistent: k6's grid, one block per SM (else per tile)
 };
 
 // The forward call whose gradients these are: the BackwardParams fields that describe the
@@ -73,6 +74,7 @@ inline BackwardProblem make_backward_problem(const BackwardParams& p) {
   }
   b.dsinks = p.dsinks;
   b.deterministic = p.deterministic;
+  b.persistent = p.debug.persistent;
   return b;
 }
 

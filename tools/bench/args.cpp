@@ -317,8 +317,8 @@ const std::vector<Flag>& flags() {
          return {};
        }},
       {"--no-persistent", nullptr,
-       "k6: one block per tile, scheduled by the hardware, instead of one\n"
-       "                         persistent block per SM walking the tiles",
+       "k6 (forward and --bwd): one block per tile, scheduled by the hardware,\n"
+       "                         instead of one persistent block per SM walking the tiles",
        [](Options& o, std::string_view) -> std::string {
          o.debug.persistent = false;
          return {};

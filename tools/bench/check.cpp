@@ -151,7 +151,7 @@ Status check_backward_workload(Workspace& ws, Kernel kernel, const RunContext& c
   const bool on_device = ws.memory() == Memory::device;
   const cudaStream_t stream = on_device ? ctx.stream : nullptr;
   if (Status st = ws.poison_outputs(stream); !st.ok()) return st;
-  const BackwardParams run_params = ws.backward_params(0, stream);
+  const BackwardParams run_params = ws.backward_params(0, stream, ctx.debug);
   if (Status st = backward(run_params, kernel); !st.ok()) return st;
 
   BackwardParams host = run_params;

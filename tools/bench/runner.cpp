@@ -225,7 +225,9 @@ void run(const Workload& w, const RunContext& ctx, Record& rec) {
   }
   if (w.bwd) {
     std::vector<BackwardParams> params;
-    for (int s = 0; s < ws.num_sets(); ++s) params.push_back(ws.backward_params(s, stream));
+    for (int s = 0; s < ws.num_sets(); ++s) {
+      params.push_back(ws.backward_params(s, stream, ctx.debug));
+    }
     run_timed(w, ctx, ws, params, rec);
   } else if (w.block_scaled()) {  // K8: each set's pre-pass reads and writes that set only
     std::vector<QuantizedForward> params;

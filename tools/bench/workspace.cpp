@@ -519,7 +519,8 @@ QuantizedForward Workspace::quantized_params(int set, cudaStream_t stream,
   return call;
 }
 
-BackwardParams Workspace::backward_params(int set, cudaStream_t stream) const {
+BackwardParams Workspace::backward_params(int set, cudaStream_t stream,
+                                          const DebugOptions& debug) const {
   const InputSet& s = sets_[static_cast<size_t>(set)];
   BackwardParams p;
   p.dtype = w_.dtype;
@@ -548,6 +549,7 @@ BackwardParams Workspace::backward_params(int set, cudaStream_t stream) const {
   p.window_right = w_.window_right;
   p.deterministic = w_.deterministic;
   p.stream = stream;
+  p.debug = debug;
   return p;
 }
 

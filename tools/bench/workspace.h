@@ -100,7 +100,7 @@ class Workspace {
   QuantizedForward quantized_params(int set, cudaStream_t stream, const DebugOptions& debug) const;
 
   // Backward mode: params for input set `set`, writing the shared gradients.
-  BackwardParams backward_params(int set, cudaStream_t stream) const;
+  BackwardParams backward_params(int set, cudaStream_t stream, const DebugOptions& debug) const;
 
   int num_sets() const { return static_cast<int>(sets_.size()); }
   Memory memory() const { return memory_; }

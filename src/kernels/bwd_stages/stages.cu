@@ -1,7 +1,7 @@
 // The backward stages shared by every GPU family, on the problem's stream:
 //   1. preprocess (a group of threads per query row and head): D = rowsum(dO ∘ O) in fp32,
 //      LSE·log2e (+inf for a row that sees no key, so that its P is exactly 0), the row of the
-//      fp32 dQ accumulator zeroed;
+//      fp32 dQ accumulator zeroed (and the main kernel's tile counter);
 //   2. the family's main kernel;
 //   3. postprocess (a group of threads per query row and head): dQ = scale · accumulator,
 //      rounded to the element type, through dq's strides; and, with sinks and dsinks, one block
@@ -92,6 +92,7 @@ __global__ void __launch_bounds__(kStageThreads)
   const int h = blockIdx.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerPass * kRowsPerThread +
                      threadIdx.x / kGroup;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *ws.tile_counter = 0;
   uint4 o[kRowsPerThread], d_o[kRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
@@ -248,6 +249,7 @@ Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const cha
   ws.lse_log2 = f + n_acc;
   ws.dsum = ws.lse_log2 + n_lse;
   ws.sems = reinterpret_cast<int*>(ws.dsum + n_sum);
+  ws.tile_counter = ws.sems + n_sems;  // in the 4 spare floats
   Status status = Status::success();
   if (sems > 0) {
     status =

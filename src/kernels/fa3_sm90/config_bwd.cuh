@@ -81,6 +81,18 @@ struct BwdSync {
   int dq_next_turn[kMmaWarpGroups];
 };
 
+// The persistent walk's synchronisation (kernel_bwd_sm90.cuh), at the end of the shared storage
+// (so the one-tile kernel's layout is that of a configuration without it): the MMA warpgroups
+// are done reading this tile's K and V (one arrival per warp); the producer has issued a tile's
+// loads; and a two-slot ring of the tiles the scheduler claimed, (tile, steps) or (-1, 0) once
+// none is left, full (the scheduler's arrival) and empty (an arrival per reader).
+struct BwdTileSync {
+  alignas(8) uint64_t kv_empty;
+  uint64_t tile_loaded;
+  uint64_t tile_full[2], tile_empty[2];
+  int2 tile[2];
+};
+
 // A step's staged dQ reduce-adds, from an MMA warpgroup to its writer warp: each TMA box's
 // coordinates and place (d 64/128: in floats from the warpgroup's staging buffer; d 256: in bytes
 // from the shared storage's start), and in deterministic mode the tile's semaphore (else
@@ -119,6 +131,10 @@ struct ConfigBwd {
   static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
   static constexpr int kBlockN = 128;  // keys per block
   static constexpr int kStages = 2;    // Q / dO ring
+  // Has the persistent walk: one block per SM walks the key blocks (tiles) it claims from a
+  // counter, the next tile's K and V loaded while the MMA warpgroups write the last one's dK
+  // and dV (kernel_bwd_sm90.cuh; launch_bwd.cuh says when it runs).
+  static constexpr bool kPersistent = true;
   static constexpr int kMmaWarpGroups = 2;
   static constexpr int kMmaThreads = 128 * kMmaWarpGroups;
   static constexpr int kThreads = 128 + kMmaThreads;        // producer warpgroup first
@@ -190,6 +206,7 @@ struct ConfigBwd {
     // barrier, kernel_bwd_sm90.cuh).
     alignas(8) uint64_t dq_staged[kMmaWarpGroups][kDqJobs];
     BwdDqJob<2> dq_job[kMmaWarpGroups][kDqJobs];
+    BwdTileSync tiles;  // the persistent walk's
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed Hopper shared memory");
@@ -213,6 +230,7 @@ struct ConfigBwdSplitD {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 256, "the split-D backward is built for d 256");
   static constexpr bool kSplitD = true;
+  static constexpr bool kPersistent = false;   // one block per tile only
   static constexpr bool kSharedStores = true;  // +3.5% / +4.7% (ConfigBwd says what it is)
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = 64;

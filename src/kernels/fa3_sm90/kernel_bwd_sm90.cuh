@@ -26,6 +26,13 @@
 // before it by the hand-over: a skew that grows with n). The key blocks are dispatched last
 // first (blockIdx.x 0 is the last key block), so a warpgroup only waits on blocks of lower
 // blockIdx.x, dispatched before it, which never wait on it: the waits cannot deadlock.
+// The persistent walk (bwd_persistent; launch_bwd.cuh runs it where a tile's walk is short): one
+// block per SM takes tile after tile (a key block of one KV head of one sequence, in the order
+// above) from a counter, a scheduler thread claiming the next once the producer has issued the
+// current one's loads, and loads its K and V while the MMA warpgroups write the last one's dK and
+// dV. In deterministic mode every tile is claimed from the counter, so a block only waits on
+// tiles claimed before its own; the earliest tile not yet done is then always running (its
+// block finished the tiles it claimed before) and waits on none: no deadlock either.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -159,11 +166,22 @@ struct BwdWalk {
   int m_lo, steps_per_head, steps, group;
   int batch_index;  // of the tensors' batch mode: 0 when packed (varlen)
 
+  BwdWalk() = default;
+
   // The block's coordinates and sequence; plan() the rest, once the block is known not empty().
   __device__ __forceinline__ BwdWalk(const Problem& p, bool deterministic) {
-    n_block = deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    h_kv = blockIdx.y;
-    b = blockIdx.z;
+    init(p, deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x, blockIdx.y, blockIdx.z);
+  }
+  // The persistent kernel's tile t of n_blocks key blocks a (KV head, sequence), in the order
+  // the grid above dispatches its blocks: key blocks fastest (last first in deterministic mode).
+  __device__ __forceinline__ BwdWalk(const Problem& p, bool deterministic, int t, int n_blocks) {
+    const int n = t % n_blocks, rest = t / n_blocks;
+    init(p, deterministic ? n_blocks - 1 - n : n, rest % p.heads_kv, rest / p.heads_kv);
+  }
+  __device__ __forceinline__ void init(const Problem& p, int n, int h, int seq) {
+    n_block = n;
+    h_kv = h;
+    b = seq;
     seq_kv = sequence_view(p, b, h_kv * p.group, h_kv);
     key0 = n_block * kBlockN;
   }
@@ -188,16 +206,29 @@ struct BwdWalk {
   }
 };
 
+// The persistent kernel's readers of a tile slot, one arrival each: the MMA warpgroups' and the
+// dQ writer warps' threads, and the producer thread.
+template <class C>
+constexpr int kTileReaders = C::kMmaThreads + 32 * C::kMmaWarpGroups + 1;
+
 // The block's setup: thread 0 initialises K and V's barrier and prefetches the TMA descriptors,
 // every thread builds the Q/dO pipeline (a stage is released by `consumers` arrivals), and the
 // block syncs.
-template <class C>
+template <class C, bool kPersistent>
 __device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsBwd<C>& params,
                                                                    typename C::SharedStorage& ss,
                                                                    int consumers) {
   using PipelineQ = typename C::Tma::PipelineQ;
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&ss.sync.kv_full, 1);
+    if constexpr (kPersistent) {
+      cutlass::arch::ClusterBarrier::init(&ss.tiles.kv_empty, C::kMmaThreads / 32);
+      for (int s = 0; s < 2; ++s) {
+        cutlass::arch::ClusterBarrier::init(&ss.tiles.tile_full[s], 1);
+        cutlass::arch::ClusterBarrier::init(&ss.tiles.tile_empty[s], kTileReaders<C>);
+      }
+      cutlass::arch::ClusterBarrier::init(&ss.tiles.tile_loaded, 1);
+    }
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
@@ -220,47 +251,49 @@ __device__ __forceinline__ typename C::Tma::PipelineQ bwd_pipeline(const ParamsB
   return pipe;
 }
 
-// The producer warpgroup: gives up its registers, and its thread 0 loads K and V of key block
-// n_block once, then Q and dO of every step into the two-stage ring (one transaction barrier per
-// stage). Shared by both kernels.
-template <class C>
-__device__ __forceinline__ void bwd_producer(const ParamsBwd<C>& params,
-                                             typename C::SharedStorage& ss,
-                                             typename C::Tma::PipelineQ& pipe,
-                                             const BwdWalk<C::kBlockM, C::kBlockN>& wk) {
+// The producer's part of one tile, by thread 0: K and V of key block wk.n_block once, then Q and
+// dO of every step into the two-stage ring (one transaction barrier per stage), `state` running
+// on across tiles. kv_loads: the K/V loads of the tiles before (persistent kernel: the new K
+// and V wait for the MMA warpgroups to be done with the last, behind the first step's Q and dO,
+// which only waits for a free stage).
+template <class C, bool kPersistent>
+__device__ __forceinline__ void bwd_produce_tile(const ParamsBwd<C>& params,
+                                                 typename C::SharedStorage& ss,
+                                                 typename C::Tma::PipelineQ& pipe,
+                                                 cutlass::PipelineState<C::kStages>& state,
+                                                 const BwdWalk<C::kBlockM, C::kBlockN>& wk,
+                                                 int kv_loads) {
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kD = C::kHeadDim;
-  cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
-  if (threadIdx.x != 0 || wk.steps == 0) return;
   const SequenceView& seq_kv = wk.seq_kv;
   const int h_kv = wk.h_kv, batch_index = wk.batch_index;
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename C::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename C::SmemLayoutK{});
-  Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
-  Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
-  Tensor gK =
-      local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mK(_, _, h_kv, batch_index)),
-                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(wk.n_block, _0{}));
-  Tensor gV =
-      local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mV(_, _, h_kv, batch_index)),
-                 Shape<Int<kBlockN>, Int<kD>>{}, make_coord(wk.n_block, _0{}));
-  auto [k_src, k_dst] =
-      tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-  auto [v_src, v_dst] =
-      tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-  Barrier::arrive_and_expect_tx(&ss.sync.kv_full, 2 * C::Tma::kBytesK);
-  copy(params.tma_k.with(ss.sync.kv_full), k_src, k_dst);
-  copy(params.tma_v.with(ss.sync.kv_full), v_src, v_dst);
-
+  auto load_kv = [&] {
+    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
+    Tensor gK =
+        local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mK(_, _, h_kv, batch_index)),
+                   Shape<Int<kBlockN>, Int<kD>>{}, make_coord(wk.n_block, _0{}));
+    Tensor gV =
+        local_tile(domain_offset(make_coord(seq_kv.token_k, _0{}), mV(_, _, h_kv, batch_index)),
+                   Shape<Int<kBlockN>, Int<kD>>{}, make_coord(wk.n_block, _0{}));
+    auto [k_src, k_dst] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(gK));
+    auto [v_src, v_dst] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(gV));
+    if constexpr (kPersistent) {
+      if (kv_loads > 0) Barrier::wait(&ss.tiles.kv_empty, (kv_loads - 1) & 1);
+    }
+    Barrier::arrive_and_expect_tx(&ss.sync.kv_full, 2 * C::Tma::kBytesK);
+    copy(params.tma_k.with(ss.sync.kv_full), k_src, k_dst);
+    copy(params.tma_v.with(ss.sync.kv_full), v_src, v_dst);
+  };
   Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
   Tensor mdO = params.tma_do.get_tma_tensor(params.shape_do);
-  auto state = cutlass::make_producer_start_state<typename C::Tma::PipelineQ>();
-  // Not unrolled: at 24 registers, ptxas's four-fold unrolling spilled once the writer warps'
-  // loop (bwd_dq_writer) shared the warpgroup's register budget.
-#pragma unroll 1
-  for (int i = 0; i < wk.steps; ++i, ++state) {
+  auto load_step = [&](int i) {
     int h, m;
     wk.step_at(i, h, m);
     const int row = seq_kv.token_q + m * kBlockM;
@@ -276,7 +309,87 @@ __device__ __forceinline__ void bwd_producer(const ParamsBwd<C>& params,
     auto* full = pipe.producer_get_barrier(state);
     copy(params.tma_q.with(*full), q_src, q_dst(_, state.index()));
     copy(params.tma_do.with(*full), do_src, do_dst(_, state.index()));
+    ++state;
+  };
+  int first = 0;
+  if constexpr (kPersistent) {  // the first step's Q and dO, then K and V
+    load_step(0);
+    first = 1;
   }
+  load_kv();
+  // Not unrolled: at 24 registers, ptxas's four-fold unrolling spilled once the writer warps'
+  // loop (bwd_dq_writer) shared the warpgroup's register budget.
+#pragma unroll 1
+  for (int i = first; i < wk.steps; ++i) load_step(i);
+}
+
+// The producer warpgroup of the one-tile kernel (split-D): gives up its registers, and its
+// thread 0 produces the block's tile. Warps 1 and 2 go on to be the dQ writers.
+template <class C>
+__device__ __forceinline__ void bwd_producer(const ParamsBwd<C>& params,
+                                             typename C::SharedStorage& ss,
+                                             typename C::Tma::PipelineQ& pipe,
+                                             const BwdWalk<C::kBlockM, C::kBlockN>& wk) {
+  cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
+  if (threadIdx.x != 0 || wk.steps == 0) return;
+  auto state = cutlass::make_producer_start_state<typename C::Tma::PipelineQ>();
+  bwd_produce_tile<C, false>(params, ss, pipe, state, wk, 0);
+}
+
+// The persistent kernel's tiles, claimed by its scheduler (bwd_scheduler): the block's own first
+// (blockIdx.x; deterministic mode claims every tile from the counter, so that a tile is only
+// ever waited for by ones claimed before it, by blocks already running: see the top), then
+// gridDim.x + the counter's next, until none is left.
+template <class C>
+__device__ __forceinline__ int bwd_claim_tile(const ParamsBwd<C>& params, bool first) {
+  if (first && !params.bp.deterministic) return blockIdx.x;
+  return (params.bp.deterministic ? 0 : gridDim.x) + atomicAdd(params.ws.tile_counter, 1);
+}
+
+// The persistent kernel's scheduler, the first thread of the producer warpgroup's last warp
+// (its own 24 registers, which the producer thread's could not also hold without spilling):
+// posts tile after tile with its steps in the tile ring (slot k % 2, once every reader of tile
+// k - 2 took it), (-1, 0) last. Tile k + 1 is claimed once the producer has issued tile k's
+// loads (tile_loaded), two steps before the MMA warpgroups end it: claimed earlier, a block's
+// next tiles were fixed before it was known which block would be free first, and causal tiles,
+// whose lengths differ, were dealt out unevenly (H200, d 128 16k causal: 14% slower than one
+// block per tile).
+template <class C>
+__device__ __forceinline__ void bwd_scheduler(const ParamsBwd<C>& params,
+                                              typename C::SharedStorage& ss) {
+  using Barrier = cutlass::arch::ClusterBarrier;
+  const Problem& p = params.bp.fwd;
+#pragma unroll 1
+  for (int k = 0;; ++k) {
+    if (k > 0) Barrier::wait(&ss.tiles.tile_loaded, (k - 1) & 1);
+    int steps = 0, t = bwd_claim_tile(params, k == 0);
+#pragma unroll 1
+    for (; t < params.tiles; t = bwd_claim_tile(params, false)) {
+      BwdWalk<C::kBlockM, C::kBlockN> wk(p, params.bp.deterministic, t, params.n_blocks);
+      if (!wk.empty()) {
+        wk.plan(p);
+        steps = wk.steps;
+        break;
+      }
+    }
+    const bool done = t >= params.tiles;
+    const int slot = k & 1;
+    if (k >= 2) Barrier::wait(&ss.tiles.tile_empty[slot], ((k >> 1) - 1) & 1);
+    ss.tiles.tile[slot] = make_int2(done ? -1 : t, steps);
+    Barrier::arrive(&ss.tiles.tile_full[slot]);
+    if (done) return;
+  }
+}
+
+// A reader of the persistent kernel's tile ring (each thread of the MMA warpgroups and the dQ
+// writer warps, and the producer thread): tile k's (tile, steps), the slot handed back.
+template <class C>
+__device__ __forceinline__ int2 bwd_take_tile(typename C::SharedStorage& ss, int k) {
+  const int slot = k & 1;
+  cutlass::arch::ClusterBarrier::wait(&ss.tiles.tile_full[slot], (k >> 1) & 1);
+  const int2 tile = ss.tiles.tile[slot];
+  cutlass::arch::ClusterBarrier::arrive(&ss.tiles.tile_empty[slot]);
+  return tile;
 }
 
 // The forward's LSE (log2 units) and D of this thread's kRows rows (two per 64-row slice) of
@@ -389,7 +502,8 @@ __device__ __forceinline__ int* add_dq_job(const Job& job, const void* tma_desc,
 }
 
 // Warp 1 + w of the producer warpgroup (24 registers), the dQ writer of MMA warpgroup w (d 64/128):
-// per step, once the warpgroup staged its dQ tile (mbarrier dq_staged[w][0]), the TMA reduce-adds
+// per step (`it` counting them across a persistent block's tiles), once the warpgroup staged its
+// dQ tile (mbarrier dq_staged[w][0]), the TMA reduce-adds
 // of it into the fp32 accumulator at the boxes it left in dq_job (rows past the sequence add
 // zeros; past the tensor they are clipped) — in deterministic mode after waiting for this key
 // block's turn at the tile's semaphore, handed on once the adds completed — and the buffer
@@ -398,15 +512,16 @@ __device__ __forceinline__ int* add_dq_job(const Job& job, const void* tma_desc,
 // not read the buffer a step later.
 template <class C>
 __device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
-                                              typename C::SharedStorage& ss, int steps, int w) {
+                                              typename C::SharedStorage& ss, int steps, int w,
+                                              int& it) {
   if (steps == 0) return;
   using Barrier = cutlass::arch::ClusterBarrier;
   const float* staged = ss.dq.data() + w * cosize_v<typename C::SmemLayoutDq>;
   const bool leader = threadIdx.x % 32 == 0;
   named_barrier_arrive(kBwdDqFree0 + w, kBwdDqFreeThreads);  // the buffer starts free
 #pragma unroll 1
-  for (int i = 0; i < steps; ++i) {
-    Barrier::wait(&ss.dq_staged[w][0], i & 1);
+  for (int i = 0; i < steps; ++i, ++it) {
+    Barrier::wait(&ss.dq_staged[w][0], it & 1);
     int* sem = nullptr;
     int turn = 0;
     if (leader) sem = add_dq_job(ss.dq_job[w][0], params.tma_dq.get_tma_descriptor(), staged, turn);
@@ -474,12 +589,16 @@ __device__ __forceinline__ void post_dq_job(const ParamsBwd<C>& params,
   dq_job_turn<C>(params, ss, job, wk.b, h, m, wg);
 }
 
-// The MMA warpgroups of the d 64/128 kernel (the top says what a step does).
-template <class C>
+// The MMA warpgroups of the d 64/128 kernel on one tile (the top says what a step does): `state`
+// and `it` (the steps so far) run on across a persistent block's tiles, kv_uses counts the
+// tiles before this one whose K and V were loaded.
+template <class C, bool kPersistent>
 __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
                                              typename C::SharedStorage& ss,
                                              typename C::Tma::PipelineQ& pipe,
-                                             const BwdWalk<C::kBlockM, C::kBlockN>& wk) {
+                                             const BwdWalk<C::kBlockM, C::kBlockN>& wk,
+                                             cutlass::PipelineState<C::kStages>& state, int& it,
+                                             int kv_uses) {
   using Element = typename C::Element;
   using PipelineState = cutlass::PipelineState<C::kStages>;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
@@ -537,9 +656,8 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
 
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
                                                      : static_cast<int64_t>(wk.b) * p.seqlen_q;
-  PipelineState state;
-  if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, 0);
-  for (int i = 0; i < wk.steps; ++i, ++state) {
+  if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, kv_uses & 1);
+  for (int i = 0; i < wk.steps; ++i, ++state, ++it) {
     int h, m;
     wk.step_at(i, h, m);
     if (bp.deterministic && wtid == 0) {  // here, where few registers are live
@@ -576,8 +694,8 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
 #pragma unroll
     for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D), dV running
     // dS into this step's buffer: the other warpgroup read the other buffer last step, and
-    // this one two wk.steps ago (behind the last kBwdDsReady).
-    Element* ds_buf = ss.ds.data() + (i & 1) * kBlockM * kBlockN;
+    // this one two steps ago (behind the last kBwdDsReady).
+    Element* ds_buf = ss.ds.data() + (it & 1) * kBlockM * kBlockN;
     Element* ds_wg = ds_buf + wg * kBlockM * kKeysWG;
     if constexpr (C::kStmatrix) {
       store_stsm<Element>(mma_sdp, wtid, tdPrdP,
@@ -616,6 +734,10 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     warpgroup_fence_operand(tdKrdK);
     pipe.consumer_release(state);
   }
+  if constexpr (kPersistent) {  // K and V are read: the next tile's may come in
+    __syncwarp();
+    if (wk.steps > 0 && wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.tiles.kv_empty);
+  }
 
   store_dk_dv<kKeysWG, kD, Element>(bp, wk.seq_kv, wk.b, wk.h_kv, key_wg, 0, thr_dkv, tdKrdK,
                                     tdVrdV);
@@ -633,19 +755,17 @@ __device__ __forceinline__ void bwd_dq_writer_split_d(const ParamsBwd<C>& params
                                                       typename C::Tma::PipelineQ& pipe, int steps,
                                                       int w);
 
-// The backward's main kernel, both configurations: grid (key blocks, heads_kv, batch); the
-// producer warpgroup, then the configuration's MMA warpgroups.
+// One block per tile (split-D, or FLASHATTN_BWD_NO_PERSISTENT): grid (key blocks, heads_kv,
+// batch); the producer warpgroup, then the configuration's MMA warpgroups.
 template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1)
-    bwd_kernel(const __grid_constant__ ParamsBwd<C> params) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  typename C::SharedStorage& ss = *reinterpret_cast<typename C::SharedStorage*>(smem);
+__device__ __forceinline__ void bwd_one_tile(const ParamsBwd<C>& params,
+                                             typename C::SharedStorage& ss) {
   const BackwardProblem& bp = params.bp;
   // Deterministic mode dispatches the key blocks last first (see the top).
   BwdWalk<C::kBlockM, C::kBlockN> wk(bp.fwd, bp.deterministic);
   if (wk.empty()) return;
   wk.plan(bp.fwd);
-  typename C::Tma::PipelineQ pipe = bwd_pipeline<C>(params, ss, C::kStageReleasers);
+  typename C::Tma::PipelineQ pipe = bwd_pipeline<C, false>(params, ss, C::kStageReleasers);
   if (threadIdx.x / 128 == 0) {  // the producer warpgroup
     bwd_producer<C>(params, ss, pipe, wk);
     const int warp = threadIdx.x / 32;
@@ -653,7 +773,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       if constexpr (C::kSplitD) {
         bwd_dq_writer_split_d<C>(params, ss, pipe, wk.steps, warp - 1);
       } else {
-        bwd_dq_writer<C>(params, ss, wk.steps, warp - 1);
+        int it = 0;
+        bwd_dq_writer<C>(params, ss, wk.steps, warp - 1, it);
       }
     }
     return;
@@ -662,7 +783,79 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if constexpr (C::kSplitD) {
     bwd_mainloop_split_d<C>(params, ss, pipe, wk);
   } else {
-    bwd_mainloop<C>(params, ss, pipe, wk);
+    cutlass::PipelineState<C::kStages> state;
+    int it = 0;
+    bwd_mainloop<C, false>(params, ss, pipe, wk, state, it, 0);
+  }
+}
+
+// The persistent kernel (C::kPersistent; grid: one block per SM, at most one per tile): the
+// scheduler claims and posts tiles (bwd_scheduler; tiles without keys, of a shorter packed
+// sequence, it passes over), and every warp that reads the tile ring walks them in the order
+// posted, `state` (the Q/dO ring) and `it` (dS's buffers, dQ's hand-over) running on across
+// tiles. A tile's K and V come in once the MMA warpgroups are done with the last tile's, while
+// they write its dK and dV.
+template <class C>
+__device__ __forceinline__ void bwd_persistent(const ParamsBwd<C>& params,
+                                               typename C::SharedStorage& ss) {
+  const Problem& p = params.bp.fwd;
+  typename C::Tma::PipelineQ pipe = bwd_pipeline<C, true>(params, ss, C::kStageReleasers);
+  if (threadIdx.x / 128 == 0) {  // the producer warpgroup
+    cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
+    const int warp = threadIdx.x / 32;
+    if (warp == C::kMmaWarpGroups + 1) {
+      if (threadIdx.x % 32 == 0) bwd_scheduler<C>(params, ss);
+    } else if (threadIdx.x == 0) {  // loads each tile's K, V and its steps' Q, dO
+      auto state = cutlass::make_producer_start_state<typename C::Tma::PipelineQ>();
+      int kv_loads = 0;
+#pragma unroll 1
+      for (int k = 0;; ++k) {
+        const int2 tile = bwd_take_tile<C>(ss, k);
+        if (tile.x < 0) return;
+        if (tile.y > 0) {
+          BwdWalk<C::kBlockM, C::kBlockN> wk(p, params.bp.deterministic, tile.x, params.n_blocks);
+          wk.plan(p);
+          bwd_produce_tile<C, true>(params, ss, pipe, state, wk, kv_loads++);
+        }
+        cutlass::arch::ClusterBarrier::arrive(&ss.tiles.tile_loaded);  // the next tile's claim
+      }
+    } else if (warp >= 1 && warp <= C::kMmaWarpGroups) {  // the dQ writers
+      int it = 0;
+#pragma unroll 1
+      for (int k = 0;; ++k) {
+        const int2 tile = bwd_take_tile<C>(ss, k);
+        if (tile.x < 0) return;
+        bwd_dq_writer<C>(params, ss, tile.y, warp - 1, it);
+      }
+    }
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
+  cutlass::PipelineState<C::kStages> state;
+  int it = 0, kv_uses = 0;
+#pragma unroll 1
+  for (int k = 0;; ++k) {
+    const int2 tile = bwd_take_tile<C>(ss, k);
+    if (tile.x < 0) return;
+    BwdWalk<C::kBlockM, C::kBlockN> wk(p, params.bp.deterministic, tile.x, params.n_blocks);
+    wk.plan(p);
+    bwd_mainloop<C, true>(params, ss, pipe, wk, state, it, kv_uses);
+    kv_uses += wk.steps > 0 ? 1 : 0;
+  }
+}
+
+// The backward's main kernel, both configurations: kPersistent (C::kPersistent only) the
+// persistent walk, else one block per tile.
+template <class C, bool kPersistent>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    bwd_kernel(const __grid_constant__ ParamsBwd<C> params) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  typename C::SharedStorage& ss = *reinterpret_cast<typename C::SharedStorage*>(smem);
+  if constexpr (kPersistent) {
+    static_assert(C::kPersistent, "a configuration without the persistent walk");
+    bwd_persistent<C>(params, ss);
+  } else {
+    bwd_one_tile<C>(params, ss);
   }
 }
 

@@ -17,6 +17,8 @@ struct ParamsBwd {
   typename C::Tma::K tma_k, tma_v;   // (keys, dim) boxes
   typename C::Tma::Dq tma_dq;        // (rows, dim / warpgroups or dim) reduce-add boxes
   GmemShape shape_q, shape_do, shape_k, shape_v, shape_dq;  // (tokens, dim, heads, batch)
+  // The persistent kernel's tiles: (key block, KV head, sequence), key blocks fastest.
+  int n_blocks = 0, tiles = 0;
 };
 
 }  // namespace flashattn::fa3
