@@ -19,8 +19,7 @@ struct Workspace {
   float* lse_log2 = nullptr;  // (heads_q, rows): LSE·log2e; +inf for rows that see no key
   float* dsum = nullptr;      // (heads_q, rows): D = rowsum(dO ∘ O)
   int* sems = nullptr;        // (heads_q, batch, m_blocks), deterministic mode only, zeroed
-  int* tile_counter = nullptr;  // one int, zeroed by the preprocess: a persistent main kernel's
-                                // tile claims
+  int* tile_counter = nullptr;  // one int, zeroed by the preprocess (k6's persistent claims)
   int64_t rows = 0;
   int m_blocks = 0;  // semaphore slots per sequence: 2 per 2·kMinBlockM rows (stages.cu)
 };

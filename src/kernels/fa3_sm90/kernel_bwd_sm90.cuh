@@ -166,8 +166,6 @@ struct BwdWalk {
   int m_lo, steps_per_head, steps, group;
   int batch_index;  // of the tensors' batch mode: 0 when packed (varlen)
 
-  BwdWalk() = default;
-
   // The block's coordinates and sequence; plan() the rest, once the block is known not empty().
   __device__ __forceinline__ BwdWalk(const Problem& p, bool deterministic) {
     init(p, deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x, blockIdx.y, blockIdx.z);
@@ -503,13 +501,14 @@ __device__ __forceinline__ int* add_dq_job(const Job& job, const void* tma_desc,
 
 // Warp 1 + w of the producer warpgroup (24 registers), the dQ writer of MMA warpgroup w (d 64/128):
 // per step (`it` counting them across a persistent block's tiles), once the warpgroup staged its
-// dQ tile (mbarrier dq_staged[w][0]), the TMA reduce-adds
-// of it into the fp32 accumulator at the boxes it left in dq_job (rows past the sequence add
-// zeros; past the tensor they are clipped) — in deterministic mode after waiting for this key
-// block's turn at the tile's semaphore, handed on once the adds completed — and the buffer
-// released (named barrier kBwdDqFree0 + w) as soon as the adds have read it. So the turn's wait,
-// the issue and the completion are off the MMA warpgroup's path: it only waits if the last add has
-// not read the buffer a step later.
+// dQ tile (mbarrier dq_staged[w][0]), the TMA reduce-adds of it into the fp32 accumulator at the
+// boxes it left in dq_job (rows past the sequence add zeros; past the tensor they are clipped) —
+// in deterministic mode after waiting for this key block's turn at the tile's semaphore, handed
+// on once the adds completed — and the buffer released (named barrier kBwdDqFree0 + w) as soon
+// as the adds have read it. So the turn's wait, the issue and the completion are off the MMA
+// warpgroup's path: it only waits if the last add has not read the buffer a step later. A
+// persistent block calls it once per tile: the buffer's first arrival per tile stands for the
+// last tile's final one, which it skips.
 template <class C>
 __device__ __forceinline__ void bwd_dq_writer(const ParamsBwd<C>& params,
                                               typename C::SharedStorage& ss, int steps, int w,
