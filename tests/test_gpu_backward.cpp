@@ -283,11 +283,13 @@ std::vector<GpuCase> grid() {
       s.sinks = causal;
       shapes.push_back(s);
     }
-  // More tiles (key block, KV head, sequence) than an H100/H200 has SMs, so that k6's persistent
-  // blocks each walk several: dense and causal, causal ones with key blocks that no query row
-  // sees (seqlen_q < seqlen_k: tiles of zero steps, dK = dV = 0) and rows that see no key
-  // (seqlen_q > seqlen_k); and packed sequences of every length from 0 (tiles without keys are
-  // passed over). Small enough for the full check (kFullCheckWork).
+  // Tiles (key block, KV head, sequence) for k6's persistent walk, mostly more than an H100/H200
+  // has SMs, so that its blocks each walk several: 216-432 at 33 x 257, 144 at d 64's dense
+  // 257 x 33, 36-108 in the others; dense and causal, causal rows that see no key (257 x 33);
+  // and 60 packed sequences of up to 99 rows and 259 keys (up to 180 tiles): one with keys and no
+  // rows (a tile of zero steps: dK = dV = 0) and many shorter than the longest (tiles without
+  // keys, passed over). Above kFullCheckWork (the 33 x 257 and 257 x 33 shapes, d 128's packed
+  // ones) a sample of (sequence, KV head) units is checked; stray writes everywhere.
   for (int d : {64, 128})
     for (auto [sq, sk] : {std::pair{33, 257}, std::pair{257, 33}})
       for (bool causal : {false, true}) {
