@@ -10,6 +10,7 @@
 #include "api/decode_validate.h"
 #include "kernels/decode/entry.h"
 #include "common/cuda_check.h"
+#include "common/launch_limits.h"
 #include "common/workspace.h"
 #include "flashattn/flashattn.h"
 
@@ -34,9 +35,8 @@ Status choose_splits(const DecodeParams& p, DecodeProblem& d) {
     d.num_splits = p.num_splits;
     return Status::success();
   }
-  int device = 0, sms = 0, per_sm = 1;
-  FA_CUDA_TRY(cudaGetDevice(&device));
-  FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0, per_sm = 1;
+  if (Status s = device_sm_count(&sms); !s.ok()) return s;
   if (Status s = decode_blocks_per_sm(d.dtype, d.head_dim, d.kv_e4m3, &per_sm); !s.ok()) return s;
   DecodeSplitInputs in;
   in.blocks = d.batch * d.heads_kv * d.row_chunks;

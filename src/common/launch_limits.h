@@ -1,7 +1,8 @@
 // Checks a launcher makes before enqueuing a one-block-per-tile kernel: that the grid fits, and
 // that the device lets a block have the shared memory the tile plan needs (sm_86/89 allow 99 KB
 // per block, sm_80 163 KB, Hopper 227 KB). Each failure is `unsupported`, naming the family and
-// the limit, instead of a bare CUDA error from the launch or the attribute call.
+// the limit, instead of a bare CUDA error from the launch or the attribute call. And the current
+// device's SM count, which persistent grids and split counts are sized by.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +34,14 @@ inline Status check_smem_optin(const char* family, int smem_bytes, int head_dim)
                                        " needs " + std::to_string(smem_bytes / 1024) +
                                        " KB of shared memory per block; this device allows " +
                                        std::to_string(optin / 1024) + " KB"};
+}
+
+// The current device's multiprocessor count (132 on the H100 SXM and the H200).
+inline Status device_sm_count(int* sms) {
+  int device = 0;
+  FA_CUDA_TRY(cudaGetDevice(&device));
+  FA_CUDA_TRY(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device));
+  return Status::success();
 }
 
 }  // namespace flashattn

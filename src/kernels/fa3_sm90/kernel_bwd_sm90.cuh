@@ -754,8 +754,8 @@ __device__ __forceinline__ void bwd_dq_writer_split_d(const ParamsBwd<C>& params
                                                       typename C::Tma::PipelineQ& pipe, int steps,
                                                       int w);
 
-// One block per tile (split-D, or FLASHATTN_BWD_NO_PERSISTENT): grid (key blocks, heads_kv,
-// batch); the producer warpgroup, then the configuration's MMA warpgroups.
+// One block per tile (split-D; d 64/128 on long walks or with debug.persistent off): grid (key
+// blocks, heads_kv, batch); the producer warpgroup, then the configuration's MMA warpgroups.
 template <class C>
 __device__ __forceinline__ void bwd_one_tile(const ParamsBwd<C>& params,
                                              typename C::SharedStorage& ss) {

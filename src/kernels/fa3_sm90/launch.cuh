@@ -12,6 +12,7 @@
 
 #include "common/problem.h"
 #include "common/cuda_check.h"
+#include "common/launch_limits.h"
 #include "common/workspace.h"
 #include "kernels/fa3_sm90/config.cuh"
 #include "kernels/fa3_sm90/config_fp8.cuh"
@@ -95,9 +96,8 @@ Status run_forward_config(const Problem& p, const DebugOptions& debug) {
   // persistent grid against the hardware's own block scheduling.
   const bool persistent = C::kPersistent && debug.persistent;
   if (persistent) {
-    int device = 0, sms = 0;
-    FA_CUDA_TRY(cudaGetDevice(&device));
-    FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int sms = 0;
+    if (Status s = device_sm_count(&sms); !s.ok()) return s;
     grid = std::min(grid, sms);
   }
   const auto kernel = fwd_kernel<Schedule, MainloopFwd<C>, Epilogue<C>>;

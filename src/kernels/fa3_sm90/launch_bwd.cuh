@@ -21,7 +21,8 @@
 namespace flashattn::fa3 {
 
 // The longest walk (steps of the longest tile) the persistent backward runs: measured on the H200
-// (2026-11-28, against one block per tile): d 64 s512 +5.6% (causal +7.6%), d 64 1k causal +5.0%,
+// (2026-11-28, the walk on every shape against one block per tile,
+// bench/results/2026-11-28_h200_k6_bwd_persistent_late_claims_ab.txt): d 64 s512 +5.6% (causal +7.6%), d 64 1k causal +5.0%,
 // d 128 s512 +1.4% (causal +2.2%), d 128 1k (16 steps) +0.6%; but d 128 2k causal (32) -1.0%,
 // 4k (64) -4.4%, 16k -1.1%, d 64 16k -0.8%.
 inline constexpr int kBwdPersistentMaxSteps = 16;
@@ -86,9 +87,8 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
     // Tiles (key block, KV head, sequence), claimed by one block per SM from the workspace's
     // counter. Fewer than 2^31: 2^31 would take K and V of over 2^38 keys (2^47 bytes).
     const int64_t tiles = static_cast<int64_t>(n_blocks) * p.heads_kv * p.batch;
-    int device = 0, sms = 0;
-    FA_CUDA_TRY(cudaGetDevice(&device));
-    FA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int sms = 0;
+    if (Status s = device_sm_count(&sms); !s.ok()) return s;
     params.n_blocks = n_blocks;
     params.tiles = static_cast<int>(tiles);
     grid = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, sms)));
