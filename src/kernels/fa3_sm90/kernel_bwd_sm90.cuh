@@ -406,31 +406,38 @@ __device__ __forceinline__ void load_lse_dsum(const bwd::Workspace& ws, const Co
   }
 }
 
-// S (rowcol) becomes P = exp2(S·scale·log2e − LSE) and dP (rowcol) dP − D, for the keys
-// [key_first, key_first + kKeys) of the kRows-row query block at row0 — with softcap (the logit
-// softcap·t, t = tanh(q·k·softcap_scale)) dP − D times dS's factor 1 − t² as well. dP − D first, so
-// D's registers are free before P.
-template <int kRows, int kKeys, int kThreadRows, class S, class DP, class Coords>
-__device__ __forceinline__ void probabilities(S& s, DP& dp, const Coords& coords, const Problem& p,
-                                              const Mask& mask, const SequenceView& seq, int row0,
-                                              int key_first, const float (&lse)[kThreadRows],
-                                              const float (&dsum)[kThreadRows]) {
-  static_assert(decltype(size<0>(s))::value == kThreadRows, "one LSE and D per row of S");
-  if (p.has_softcap()) {
+// A step's elementwise math on S and dP (rowcol), for the keys [key_first, key_first + kKeys) of
+// the kRows-row query block at row0, in three parts. With softcap (the logit softcap·t, t =
+// tanh(q·k·softcap_scale)) S becomes t and dP − D is times dS's factor 1 − t², once both GEMMs
+// landed (softcap_logits); without, dP − D alone (dp_minus_d), after P. S becomes P =
+// exp2(S·scale·log2e − LSE) (p_from_s): without softcap, under dP's GEMM.
+template <class S, class DP, int kThreadRows>
+__device__ __forceinline__ void softcap_logits(S& s, DP& dp, const Problem& p,
+                                               const float (&dsum)[kThreadRows]) {
 #pragma unroll
-    for (int r = 0; r < size<0>(s); ++r)
+  for (int r = 0; r < size<0>(s); ++r)
 #pragma unroll
-      for (int j = 0; j < size<1>(s); ++j) {
-        const float t = tanh_accurate(s(r, j) * p.softcap_scale);
-        s(r, j) = t;
-        dp(r, j) = (dp(r, j) - dsum[r]) * fmaf(-t, t, 1.f);
-      }
-  } else {
+    for (int j = 0; j < size<1>(s); ++j) {
+      const float t = tanh_accurate(s(r, j) * p.softcap_scale);
+      s(r, j) = t;
+      dp(r, j) = (dp(r, j) - dsum[r]) * fmaf(-t, t, 1.f);
+    }
+}
+
+template <class DP, int kThreadRows>
+__device__ __forceinline__ void dp_minus_d(DP& dp, const float (&dsum)[kThreadRows]) {
+  static_assert(decltype(size<0>(dp))::value == kThreadRows, "one D per row of dP");
 #pragma unroll
-    for (int r = 0; r < size<0>(s); ++r)
+  for (int r = 0; r < size<0>(dp); ++r)
 #pragma unroll
-      for (int j = 0; j < size<1>(s); ++j) dp(r, j) -= dsum[r];
-  }
+    for (int j = 0; j < size<1>(dp); ++j) dp(r, j) -= dsum[r];
+}
+
+template <int kRows, int kKeys, int kThreadRows, class S, class Coords>
+__device__ __forceinline__ void p_from_s(S& s, const Coords& coords, const Problem& p,
+                                         const Mask& mask, const SequenceView& seq, int row0,
+                                         int key_first, const float (&lse)[kThreadRows]) {
+  static_assert(decltype(size<0>(s))::value == kThreadRows, "one LSE per row of S");
   const bool full =
       key_first + kKeys <= seq.len_k &&
       mask.tile_all_visible(row0, min(row0 + kRows, seq.len_q), key_first, key_first + kKeys);
@@ -674,12 +681,16 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
     wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
-    warpgroup_wait<0>();  // S and dP landed
+    warpgroup_wait<1>();  // S landed; P's math and store run under dP's GEMM
     warpgroup_fence_operand(tSrS);
-    warpgroup_fence_operand(tdPrdP);
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    probabilities<kBlockM, kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
+    if (p.has_softcap()) {  // dS's factor 1 − t² comes from S: dP first
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdPrdP);
+      softcap_logits(s, dp, p, dsum);
+    }
+    p_from_s<kBlockM, kKeysWG>(s, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse);
     // P_w is read only by this warpgroup's dV GEMM, which the last step waited for.
     if constexpr (C::kStmatrix) {
       store_stsm<Element>(mma_sdp, wtid, tSrS, sPw);
@@ -689,6 +700,9 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     cutlass::arch::fence_view_async_shared();  // the writes, visible to wgmma
     named_barrier_sync(kBwdPWG0 + wg, 128);
     wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt(_, _, _, st), tdVrdV);  // under dS's math
+    warpgroup_wait<1>();  // dP landed (groups complete in order), dV in flight
+    warpgroup_fence_operand(tdPrdP);
+    if (!p.has_softcap()) dp_minus_d(dp, dsum);
 
 #pragma unroll
     for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D), dV running

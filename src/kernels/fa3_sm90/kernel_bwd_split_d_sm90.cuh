@@ -123,12 +123,16 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<_64, Int<kKeysWG>>{});
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
     wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
-    warpgroup_wait<0>();
+    warpgroup_wait<1>();  // S landed; P's math and store run under dP's GEMM
     warpgroup_fence_operand(tSrS);
-    warpgroup_fence_operand(tdPrdP);
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
-    probabilities<kBlockM, kKeysWG>(s, dp, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse, dsum);
+    if (p.has_softcap()) {  // dS's factor 1 − t² comes from S: dP first
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdPrdP);
+      softcap_logits(s, dp, p, dsum);
+    }
+    p_from_s<kBlockM, kKeysWG>(s, coords, p, wk.mask, wk.seq_kv, row0, key_wg, lse);
     // P and dS of this step's parity: both warpgroups read the other parity's last step, and
     // each waited for all its GEMMs before this step's first barrier.
     Element* p_buf = ss.p.data() + (i & 1) * cosize_v<typename C::SmemLayoutP>;
@@ -148,6 +152,9 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
     Tensor tdVrdOt = thr_dkv.partition_fragment_B(
         make_tensor(make_smem_ptr(do_half), typename C::SmemLayoutHalfT{}));
     wgmma<false, -1>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);  // under dS's math
+    warpgroup_wait<1>();  // dP landed (groups complete in order), dV in flight
+    warpgroup_fence_operand(tdPrdP);
+    if (!p.has_softcap()) dp_minus_d(dp, dsum);
 
 #pragma unroll
     for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D)
