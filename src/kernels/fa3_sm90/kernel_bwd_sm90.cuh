@@ -663,6 +663,9 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
                                                      : static_cast<int64_t>(wk.b) * p.seqlen_q;
   if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, kv_uses & 1);
+  // A step's dK GEMM runs on under the next step's S and dP: its Q/dO stage (`last`) is given
+  // back once the next S landed, or after the walk.
+  PipelineState last = state;
   for (int i = 0; i < wk.steps; ++i, ++state, ++it) {
     int h, m;
     wk.step_at(i, h, m);
@@ -681,8 +684,12 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
     wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
-    warpgroup_wait<1>();  // S landed; P's math and store run under dP's GEMM
+    warpgroup_wait<1>();  // S landed (and the last step's dK); P's math runs under dP's GEMM
     warpgroup_fence_operand(tSrS);
+    if (i > 0) {  // the last step's Q and dO are read
+      warpgroup_fence_operand(tdKrdK);
+      pipe.consumer_release(last);
+    }
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
     if (p.has_softcap()) {  // dS's factor 1 − t² comes from S: dP first
@@ -743,9 +750,12 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     if (wtid == 0) post_dq_job<C>(params, ss, wk, sdQw, h, m, wg);
     __syncwarp();
     if (wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.dq_staged[wg][0]);
-    warpgroup_wait<0>();  // dK: this step's Q and dO are read
+    last = state;  // dK in flight
+  }
+  if (wk.steps > 0) {
+    warpgroup_wait<0>();  // the last dK: its Q and dO are read
     warpgroup_fence_operand(tdKrdK);
-    pipe.consumer_release(state);
+    pipe.consumer_release(last);
   }
   if constexpr (kPersistent) {  // K and V are read: the next tile's may come in
     __syncwarp();
