@@ -7,12 +7,14 @@
 //       dO of each step into a two-stage ring (one transaction barrier per stage); warps 1 and 2
 //       are the MMA warpgroups' dQ writers (bwd_dq_writer; d 256: bwd_dq_writer_split_d);
 //   warpgroups 1, 2, the MMA warpgroups (240 registers), each owning 64 of the keys, per step:
-//       S = Q·K_wᵀ and dP = dO·V_wᵀ (two wgmma batches), then dP − D (softcap: ·(1 − t²)) and
-//       P = exp2(S·scale·log2e − LSE·log2e) → shared memory, dV_w += P_wᵀ·dO issued, and under
-//       it dS = P ∘ (dP − D) → shared memory (double-buffered: the other warpgroup may still
-//       read the last step's); dQ_w = dS·K and dK_w += dS_wᵀ·Q issued together;
+//       S = Q·K_wᵀ (issued at the end of the step before); dP = dO·V_wᵀ issued, and under it
+//       P = exp2(S·scale·log2e − LSE·log2e) → shared memory (softcap: t and 1 − t² first, both
+//       GEMMs landed); dV_w += P_wᵀ·dO issued, and under it dP − D and dS = P ∘ (dP − D) →
+//       shared memory (double-buffered: the other warpgroup may still read the last step's);
+//       dQ_w = dS·K and dK_w += dS_wᵀ·Q issued together, then the next step's S;
 //       dQ_w (a (64 rows, kDqN columns) tile, config_bwd.cuh) → fp32 staging buffer (under dK's
-//           GEMM) → one TMA reduce-add into the fp32 accumulator, issued by its writer warp.
+//           GEMM and the next S) → one TMA reduce-add into the fp32 accumulator, issued by its
+//           writer warp.
 //   dV and dK stay in registers across the walk (GQA: summed over the group's heads in a fixed
 //   order) and are written once at the end.
 // Deterministic mode: the reduce-adds into one (head, query block, half of the columns) of the
@@ -663,9 +665,22 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
                                                      : static_cast<int64_t>(wk.b) * p.seqlen_q;
   if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, kv_uses & 1);
-  // A step's dK GEMM runs on under the next step's S and dP: its Q/dO stage (`last`) is given
-  // back once the next S landed, or after the walk.
+  // A step's S is issued ahead, at the end of the step before (s_ahead, its LSE and D loaded
+  // under it), so that it and that step's dK GEMM run under that step's dQ staging. A step's
+  // Q/dO stage (`last`) is given back once the next step's S landed (or after the walk). A
+  // walk's first S is issued before the loop (ptxas waits for it there).
   PipelineState last = state;
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
+  float lse[kThreadRows], dsum[kThreadRows];
+  auto s_ahead = [&](int i, const PipelineState& st_i) {
+    int h, m;
+    wk.step_at(i, h, m);
+    const int64_t ws_row = static_cast<int64_t>(h) * params.ws.rows + row_base + m * kBlockM;
+    load_lse_dsum(params.ws, coords, ws_row, m * kBlockM, wk.seq_kv.len_q, lse, dsum);
+    pipe.consumer_wait(st_i);
+    wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st_i.index()), tSrK, tSrS);
+  };
+  if (wk.steps > 0) s_ahead(0, state);
   for (int i = 0; i < wk.steps; ++i, ++state, ++it) {
     int h, m;
     wk.step_at(i, h, m);
@@ -674,22 +689,19 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
           bwd::add_order_descending<kBlockM, kBlockN>(wk.mask, wk.n_block, m);
     }
     const int row0 = m * kBlockM;
-    const int64_t ws_row0 = static_cast<int64_t>(h) * params.ws.rows + row_base + row0;
-    float lse[kThreadRows], dsum[kThreadRows];
-    load_lse_dsum(params.ws, coords, ws_row0, row0, wk.seq_kv.len_q, lse, dsum);
-    pipe.consumer_wait(state);
     const int st = state.index();
 
-    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
-    Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
-    wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st), tSrK, tSrS);
-    wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);
-    warpgroup_wait<1>();  // S landed (and the last step's dK); P's math runs under dP's GEMM
+    // S (issued ahead) landed, and the last step's dK before it. Every group, dP issued after
+    // the wait: with dP issued first and a wait that left it pending, ptxas serialized every
+    // wgmma (S's accumulators, in flight across the loop's back edge, read after that wait).
+    warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     if (i > 0) {  // the last step's Q and dO are read
       warpgroup_fence_operand(tdKrdK);
       pipe.consumer_release(last);
     }
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kKeysWG>>{});
+    wgmma<true, -1>(mma_sdp, tdPrdO(_, _, _, st), tdPrV, tdPrdP);  // P's math runs under it
     Tensor s = rowcol(tSrS);
     Tensor dp = rowcol(tdPrdP);
     if (p.has_softcap()) {  // dS's factor 1 − t² comes from S: dP first
@@ -735,11 +747,16 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
         local_tile(make_tensor(make_smem_ptr(ds_buf), typename C::SmemLayoutP{}),
                    Shape<Int<C::kDqRows>, Int<kBlockN>>{}, make_coord(dq_row_tile, _0{})));
     Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<C::kDqRows>, Int<C::kDqN>>{});
-    // dQ first, so that its staging below runs under dK's GEMM (wgmma groups complete in
-    // order: waiting down to one pending group means dV and dQ are done, dK in flight).
+    // dQ first, so that its staging below runs under dK's GEMM and the next step's S (wgmma
+    // groups complete in order: waiting down to one pending group means dV and dQ are done).
     wgmma<true, -1>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
     wgmma<false, 1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st), tdKrdK);
     warpgroup_fence_operand(tdVrdV);
+    if (i + 1 < wk.steps) {
+      PipelineState next = state;
+      ++next;
+      s_ahead(i + 1, next);
+    }
 
     // dQ_w: staged as fp32 once the writer warp's last reduce-add has read the buffer, then
     // handed to it with the tile's coordinates (bwd_dq_writer): one arrival per warp, its first
@@ -752,11 +769,9 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     if (wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.dq_staged[wg][0]);
     last = state;  // dK in flight
   }
-  if (wk.steps > 0) {
-    warpgroup_wait<0>();  // the last dK: its Q and dO are read
-    warpgroup_fence_operand(tdKrdK);
-    pipe.consumer_release(last);
-  }
+  warpgroup_wait<0>();  // the last dK: its Q and dO are read
+  warpgroup_fence_operand(tdKrdK);
+  if (wk.steps > 0) pipe.consumer_release(last);
   if constexpr (kPersistent) {  // K and V are read: the next tile's may come in
     __syncwarp();
     if (wk.steps > 0 && wtid % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ss.tiles.kv_empty);
