@@ -682,6 +682,8 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   };
   if (wk.steps > 0) s_ahead(0, state);
   for (int i = 0; i < wk.steps; ++i, ++state, ++it) {
+    // The step's (head, query block) again, as s_ahead worked it out: carried from there in two
+    // registers instead, the d 128 one-tile kernel spilled 8 bytes (compiled, 2026-11-28).
     int h, m;
     wk.step_at(i, h, m);
     if (bp.deterministic && wtid == 0) {  // here, where few registers are live

@@ -22,9 +22,9 @@ namespace flashattn::fa3 {
 
 // The longest walk (steps of the longest tile) the persistent backward runs: measured on the H200
 // (2026-11-28, the walk on every shape against one block per tile,
-// bench/results/2026-11-28_h200_k6_bwd_persistent_late_claims_ab.txt): d 64 s512 +5.6% (causal +7.6%), d 64 1k causal +5.0%,
-// d 128 s512 +1.4% (causal +2.2%), d 128 1k (16 steps) +0.6%; but d 128 2k causal (32) -1.0%,
-// 4k (64) -4.4%, 16k -1.1%, d 64 16k -0.8%.
+// bench/results/2026-11-28_h200_k6_bwd_persistent_late_claims_ab.txt): d 64 s512 +5.6% (causal
+// +7.6%), d 64 1k causal +5.0%, d 128 s512 +1.4% (causal +2.2%), d 128 1k (16 steps) +0.6%; but
+// d 128 2k causal (32) -1.0%, 4k (64) -4.4%, 16k -1.1%, d 64 16k -0.8%.
 inline constexpr int kBwdPersistentMaxSteps = 16;
 
 template <class Element, int kHeadDim>
