@@ -140,7 +140,9 @@ __global__ void __launch_bounds__(kStageThreads)
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t r = r0 + i * kRowsPerPass;
     if (r < ws.rows) {
-      const float* acc = ws.dq_accum + (static_cast<int64_t>(h) * ws.rows + r) * p.head_dim + c;
+      const int col = c ^ (r & 1 ? ws.dq_odd_row_col_xor : 0);  // Workspace says why
+      const float* acc =
+          ws.dq_accum + (static_cast<int64_t>(h) * ws.rows + r) * p.head_dim + col;
       a[i] = *reinterpret_cast<const float4*>(acc);
       b[i] = *reinterpret_cast<const float4*>(acc + 4);
     }
@@ -218,9 +220,16 @@ Status run_stages(const BackwardProblem& bp, const Workspace& ws, MainKernel mai
 
 }  // namespace
 
-Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const char* family) {
+Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const char* family,
+                           int dq_odd_row_col_xor) {
   const Problem& p = bp.fwd;
   if (p.batch == 0 || p.heads_q == 0) return Status::success();
+  if (dq_odd_row_col_xor < 0 || dq_odd_row_col_xor % 8 != 0 ||
+      (dq_odd_row_col_xor > 0 && p.head_dim % (2 * dq_odd_row_col_xor) != 0)) {
+    return {StatusCode::unsupported, std::string(family) +
+                                         ": the dQ accumulator's column order needs head_dim a "
+                                         "multiple of twice its XOR"};
+  }
   if (p.batch > 65535 || p.heads_kv > 65535 || p.heads_q > 65535) {
     return {StatusCode::unsupported,
             std::string(family) + ": the backward's grid takes at most 65535 sequences and heads"};
@@ -228,6 +237,7 @@ Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const cha
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   Workspace ws;
   ws.rows = p.varlen() ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
+  ws.dq_odd_row_col_xor = dq_odd_row_col_xor;
   // Semaphore slots per sequence: one per kMinBlockM rows, rounded up to whole 2·kMinBlockM
   // blocks, so that a 64-row query block owns two (k6: one per MMA warpgroup) even where
   // seqlen_q / 32 rounds up to an odd count (sized by the 32-row count alone, the last block's

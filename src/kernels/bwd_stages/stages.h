@@ -22,6 +22,10 @@ struct Workspace {
   int* tile_counter = nullptr;  // one int, zeroed by the preprocess (k6's persistent claims)
   int64_t rows = 0;
   int m_blocks = 0;  // semaphore slots per sequence: 2 per 2·kMinBlockM rows (stages.cu)
+  // The accumulator's rows of odd index (in `rows`) hold column c at c ^ dq_odd_row_col_xor:
+  // 0, or k6's 16 (its dQ staging, kernel_bwd_sm90.cuh's dq_staging_flip); the postprocess
+  // reads them back in order.
+  int dq_odd_row_col_xor = 0;
 };
 
 // The smallest query block of any main kernel: the semaphores are one per kMinBlockM rows (their
@@ -32,7 +36,10 @@ inline constexpr int kMinBlockM = 32;
 using MainKernel = Status (*)(const BackwardProblem&, const Workspace&);
 
 // Allocates the workspace, runs preprocess, `main`, postprocess (and dsinks) on the problem's
-// stream, and gives the workspace back. `family` names the caller in launch errors.
-Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const char* family);
+// stream, and gives the workspace back. `family` names the caller in launch errors;
+// `dq_odd_row_col_xor` is the column order `main` adds odd rows of dQ in (Workspace; a multiple
+// of 8 with 2 · it dividing head_dim, else unsupported).
+Status run_backward_stages(const BackwardProblem& bp, MainKernel main, const char* family,
+                           int dq_odd_row_col_xor = 0);
 
 }  // namespace flashattn::bwd

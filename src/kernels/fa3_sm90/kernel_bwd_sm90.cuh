@@ -121,20 +121,41 @@ __device__ __forceinline__ void store_stsm(const TiledMma& mma, int wtid, const 
   copy(stsm, thr.retile_S(r), thr.partition_D(smem));
 }
 
-// An fp32 accumulator fragment copied into an fp32 shared-memory tile (dQ's staging): with
-// kShared two neighbouring columns (8 bytes, within one 16-byte swizzle chunk) per st.shared,
-// else one C++ store per element.
+// dQ's staging stores without bank conflicts. A warp's st.shared.v2 writes 32 bytes of each of 8
+// consecutive rows (a half-warp 4 rows, one wavefront at best); in the 128-byte swizzle (16-byte
+// chunk ^= row % 8) rows 2i and 2i + 1 land on the same pair of chunks, 2 wavefronts a half-warp
+// (ncu, H200, d128 4k: 4 per STS.64 against 2 ideal). k6 therefore adds the accumulator's rows
+// of odd index (in the workspace) with their columns XOR 16, half a 32-float atom row
+// (launch_bwd.cuh checks that the workspace says so: the postprocess undoes it). In the swizzled
+// tile that is the byte address XOR 64 (chunk ^ 4: the swizzle reads bits above it only), and 4
+// consecutive rows then cover all 8 chunks. A thread's rows (lane / 4 and + 8, a 64-row tile
+// starting at an even row of its sequence) all have one parity, so it flips all its stores or
+// none. The flip is worked out where the stores are, from the lane read there (volatile):
+// worked out once per tile, ptxas kept the flip or every flipped address live and spilled (d 64
+// 84 bytes, d 128 104; from the thread index at the stores, d 128 still 8).
+inline constexpr int kDqOddRowColXor = 16;
+__device__ __forceinline__ uint32_t dq_staging_flip(int64_t first_row) {
+  uint32_t lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return ((lane / 4 + static_cast<uint32_t>(first_row)) & 1) * kDqOddRowColXor *
+         static_cast<uint32_t>(sizeof(float));
+}
+
+// An fp32 accumulator fragment copied into an fp32 shared-memory tile (dQ's staging), each
+// address XOR `flip` (dq_staging_flip): with kShared two neighbouring columns (8 bytes, within
+// one 16-byte swizzle chunk) per st.shared, else one C++ store per element.
 template <bool kShared, class Frag, class Smem>
-__device__ __forceinline__ void store_f32_pairs(const Frag& acc, Smem&& smem) {
+__device__ __forceinline__ void store_f32_pairs(const Frag& acc, Smem&& smem, uint32_t flip) {
 #pragma unroll
   for (int e = 0; e < size(acc); e += 2) {
     if constexpr (kShared) {
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_address(smem, e)), "f"(acc(e)),
-                   "f"(acc(e + 1))
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_address(smem, e) ^ flip),
+                   "f"(acc(e)), "f"(acc(e + 1))
                    : "memory");
     } else {
-      smem(e) = acc(e);
-      smem(e + 1) = acc(e + 1);
+      float* at = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(&smem(e)) ^ flip);
+      at[0] = acc(e);
+      at[1] = acc(e + 1);
     }
   }
 }
@@ -652,7 +673,6 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKdqt);
   // Where this thread's accumulator elements go in shared memory, and their (row, key).
   Tensor tPsP = thr_sdp.partition_C(sPw);
-  Tensor tdQsdQ = thr_dq.partition_C(sdQw);
   Tensor coords =
       rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kKeysWG>>{})));
   constexpr int kThreadRows = kBlockM / 32;  // two rows of each 64-row slice
@@ -664,6 +684,7 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
 
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
                                                      : static_cast<int64_t>(wk.b) * p.seqlen_q;
+  Tensor tdQsdQ = thr_dq.partition_C(sdQw);
   if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, kv_uses & 1);
   // A step's S is issued ahead, at the end of the step before (s_ahead, its LSE and D loaded
   // under it), so that it and that step's dK GEMM run under that step's dQ staging. A step's
@@ -764,7 +785,7 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     // handed to it with the tile's coordinates (bwd_dq_writer): one arrival per warp, its first
     // thread's, after __syncwarp ordered the warp's writes before it.
     named_barrier_sync(kBwdDqFree0 + wg, kBwdDqFreeThreads);
-    store_f32_pairs<C::kSharedStores>(tdQrdQ, tdQsdQ);
+    store_f32_pairs<C::kSharedStores>(tdQrdQ, tdQsdQ, dq_staging_flip(row_base));
     tma_store_fence();  // the writes, visible to the TMA unit
     if (wtid == 0) post_dq_job<C>(params, ss, wk, sdQw, h, m, wg);
     __syncwarp();

@@ -185,8 +185,9 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
         make_tensor(make_smem_ptr(reinterpret_cast<float*>(do_half)), typename C::SmemLayoutDq{});
     Tensor tdQsdQ0 = thr_dq.partition_C(sdQ0);
     Tensor tdQsdQ1 = thr_dq.partition_C(sdQ1);
-    store_f32_pairs<C::kSharedStores>(tdQrdQ0, tdQsdQ0);
-    store_f32_pairs<C::kSharedStores>(tdQrdQ1, tdQsdQ1);
+    const uint32_t dq_flip = dq_staging_flip(row_base);
+    store_f32_pairs<C::kSharedStores>(tdQrdQ0, tdQsdQ0, dq_flip);
+    store_f32_pairs<C::kSharedStores>(tdQrdQ1, tdQsdQ1, dq_flip);
     tma_store_fence();
     if (wtid == 0) {
       Tensor mdQ = params.tma_dq.get_tma_tensor(params.shape_dq);

@@ -19,6 +19,11 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws);  
 
 namespace flashattn {
 
+// The main kernel adds dQ's rows of odd index with their columns XOR this, so that its fp32
+// staging stores are free of bank conflicts (kernel_bwd_sm90.cuh's dq_staging_slot; its launch
+// checks the workspace against its own constant).
+constexpr int kDqOddRowColXor = 16;
+
 Status k6_backward(const BackwardProblem& bp) {
   const Problem& p = bp.fwd;
   // No query rows at all: nothing to stream, and q's TMA descriptor would have no extent; fa2's
@@ -29,7 +34,7 @@ Status k6_backward(const BackwardProblem& bp) {
         using Element = std::conditional_t<decltype(dtype)::value == DType::bf16,
                                            cutlass::bfloat16_t, cutlass::half_t>;
         return bwd::run_backward_stages(bp, &fa3::run_backward_main<Element, decltype(dims)::qk>,
-                                        "kernel k6");
+                                        "kernel k6", kDqOddRowColXor);
       });
 }
 
