@@ -144,15 +144,48 @@ __device__ __forceinline__ uint32_t dq_staging_flip(int64_t first_row) {
 // An fp32 accumulator fragment copied into an fp32 shared-memory tile (dQ's staging), each
 // address XOR `flip` (dq_staging_flip): with kShared two neighbouring columns (8 bytes, within
 // one 16-byte swizzle chunk) per st.shared, else one C++ store per element.
+//
+// kShared's addresses: the lane's swizzled address, XORed with the part of each element's
+// (compile-time) offset that lands in the bits the swizzle writes, plus the rest as the
+// instruction's immediate. That equals the swizzle of (lane + offset) when the two have no bit in
+// common below the swizzle's span (1024 bytes for the 128-byte swizzle; the buffer is aligned to
+// it): the swizzle is then linear over their sum. In the wgmma accumulator's layout the lane sets
+// bits 3-4 (its column pair) and 7-9 (its row % 8) of the tile's offset, an element bits 5-6 (its
+// 8-column group in a 128-byte row) and bits from 10 (row + 8, the next 32-column atom). The
+// swizzle of each address worked out in full took 4 instructions a store (ncu, d128 s4096: the
+// staging's 16 stores ran 64 ALU instructions beside them); this takes an XOR per distinct
+// written part (4 at d 64 and 128).
 template <bool kShared, class Frag, class Smem>
 __device__ __forceinline__ void store_f32_pairs(const Frag& acc, Smem&& smem, uint32_t flip) {
+  if constexpr (kShared) {
+    using Iterator = std::remove_cv_t<std::remove_reference_t<decltype(smem.data())>>;
+    using Swizzle = typename get_swizzle<Iterator>::type;
+    constexpr uint32_t kWritten = Swizzle::zzz_msk::value;
+    constexpr uint32_t kSpan = 1u << (Swizzle::num_base + Swizzle::num_shft + Swizzle::num_bits);
+    // The lane's address through an opaque move: its swizzle, hoisted out of the step loop, held
+    // one more register there (d 128 spilled 4 bytes).
+    uint32_t lane = cast_smem_ptr_to_uint(raw_pointer_cast(smem.data().get()));
+    asm volatile("mov.b32 %0, %0;" : "+r"(lane));
+    const uint32_t lane_swizzled = static_cast<uint32_t>(Swizzle::apply(lane)) ^ flip;
+    // The stores grouped by that XOR, so that one lane address is live at a time (all of them
+    // live at once, d 128 spilled 4 bytes).
+    constexpr uint32_t kStep = kWritten & (~kWritten + 1);  // the lowest written bit
 #pragma unroll
-  for (int e = 0; e < size(acc); e += 2) {
-    if constexpr (kShared) {
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_address(smem, e) ^ flip),
-                   "f"(acc(e)), "f"(acc(e + 1))
-                   : "memory");
-    } else {
+    for (uint32_t w = 0; w <= kWritten; w += kStep) {
+      const uint32_t base = lane_swizzled ^ w;
+#pragma unroll
+      for (int e = 0; e < size(acc); e += 2) {
+        const uint32_t off = static_cast<uint32_t>(smem.layout()(e)) * sizeof(float);
+        if ((static_cast<uint32_t>(Swizzle::apply(off)) & kWritten) != w) continue;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(base + (off & ~kWritten)),
+                     "f"(acc(e)), "f"(acc(e + 1))
+                     : "memory");
+      }
+    }
+    static_assert(kSpan == 1024, "the 128-byte swizzle (the bits above say why the sum splits)");
+  } else {
+#pragma unroll
+    for (int e = 0; e < size(acc); e += 2) {
       float* at = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(&smem(e)) ^ flip);
       at[0] = acc(e);
       at[1] = acc(e + 1);
