@@ -141,6 +141,28 @@ __device__ __forceinline__ uint32_t dq_staging_flip(int64_t first_row) {
          static_cast<uint32_t>(sizeof(float));
 }
 
+// Whether store_f32_pairs' address split (below) holds on a (64, 64) fp32 staging tile of plain
+// (unswizzled) layout `Layout`, for every lane of the wgmma accumulator: a lane's first element
+// at row 16 · warp + lane / 4, column 2 · (lane % 4); its others 8 · v1 rows and 8 · j columns on.
+template <class Layout>
+constexpr bool dq_pairs_split_ok() {
+  constexpr Layout tile{};
+  for (int warp = 0; warp < 4; ++warp) {
+    for (int lane = 0; lane < 32; lane += 1) {
+      const int row = 16 * warp + lane / 4, col = 2 * (lane % 4);
+      const uint32_t at = static_cast<uint32_t>(tile(row, col)) * 4u;
+      for (int v1 = 0; v1 < 2; ++v1) {
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t off = static_cast<uint32_t>(tile(8 * v1, 8 * j) - tile(0, 0)) * 4u;
+          if ((at & off & 1023u) != 0) return false;
+          if (static_cast<uint32_t>(tile(row + 8 * v1, col + 8 * j)) * 4u != at + off) return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 // An fp32 accumulator fragment copied into an fp32 shared-memory tile (dQ's staging), each
 // address XOR `flip` (dq_staging_flip): with kShared two neighbouring columns (8 bytes, within
 // one 16-byte swizzle chunk) per st.shared, else one C++ store per element.
@@ -154,7 +176,8 @@ __device__ __forceinline__ uint32_t dq_staging_flip(int64_t first_row) {
 // 8-column group in a 128-byte row) and bits from 10 (row + 8, the next 32-column atom). The
 // swizzle of each address worked out in full took 4 instructions a store (ncu, d128 s4096: the
 // staging's 16 stores ran 64 ALU instructions beside them); this takes an XOR per distinct
-// written part (4 at d 64 and 128).
+// written part (4 at d 64 and 128). The callers check the split on their tile's layout
+// (dq_pairs_split_ok).
 template <bool kShared, class Frag, class Smem>
 __device__ __forceinline__ void store_f32_pairs(const Frag& acc, Smem&& smem, uint32_t flip) {
   if constexpr (kShared) {
@@ -162,6 +185,7 @@ __device__ __forceinline__ void store_f32_pairs(const Frag& acc, Smem&& smem, ui
     using Swizzle = typename get_swizzle<Iterator>::type;
     constexpr uint32_t kWritten = Swizzle::zzz_msk::value;
     constexpr uint32_t kSpan = 1u << (Swizzle::num_base + Swizzle::num_shft + Swizzle::num_bits);
+    static_assert(kSpan == 1024, "the 128-byte swizzle (dq_pairs_split_ok checks 1024 bytes)");
     // The lane's address through an opaque move: its swizzle, hoisted out of the step loop, held
     // one more register there (d 128 spilled 4 bytes).
     uint32_t lane = cast_smem_ptr_to_uint(raw_pointer_cast(smem.data().get()));
@@ -182,7 +206,6 @@ __device__ __forceinline__ void store_f32_pairs(const Frag& acc, Smem&& smem, ui
                      : "memory");
       }
     }
-    static_assert(kSpan == 1024, "the 128-byte swizzle (the bits above say why the sum splits)");
   } else {
 #pragma unroll
     for (int e = 0; e < size(acc); e += 2) {
@@ -718,6 +741,9 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
   const int64_t row_base = p.cu_seqlens_q != nullptr ? static_cast<int64_t>(wk.seq_kv.token_q)
                                                      : static_cast<int64_t>(wk.b) * p.seqlen_q;
   Tensor tdQsdQ = thr_dq.partition_C(sdQw);
+  static_assert(
+      dq_pairs_split_ok<std::remove_cv_t<std::remove_reference_t<decltype(sdQw.layout())>>>(),
+      "store_f32_pairs' address split holds on dQ's staging tile");
   if (wk.steps > 0) Barrier::wait(&ss.sync.kv_full, kv_uses & 1);
   // A step's S is issued ahead, at the end of the step before (s_ahead, its LSE and D loaded
   // under it), so that it and that step's dK GEMM run under that step's dQ staging. A step's

@@ -185,6 +185,9 @@ __device__ __forceinline__ void bwd_mainloop_split_d(const ParamsBwd<C>& params,
         make_tensor(make_smem_ptr(reinterpret_cast<float*>(do_half)), typename C::SmemLayoutDq{});
     Tensor tdQsdQ0 = thr_dq.partition_C(sdQ0);
     Tensor tdQsdQ1 = thr_dq.partition_C(sdQ1);
+    static_assert(
+        dq_pairs_split_ok<std::remove_cv_t<std::remove_reference_t<decltype(sdQ0.layout())>>>(),
+        "store_f32_pairs' address split holds on dQ's staging tile");
     const uint32_t dq_flip = dq_staging_flip(row_base);
     store_f32_pairs<C::kSharedStores>(tdQrdQ0, tdQsdQ0, dq_flip);
     store_f32_pairs<C::kSharedStores>(tdQrdQ1, tdQsdQ1, dq_flip);

@@ -34,7 +34,8 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws) {
   const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
   if (n_blocks == 0 || ws.rows == 0) return Status::success();
   if (ws.dq_odd_row_col_xor != kDqOddRowColXor) {  // the order the kernel adds dQ in
-    return {StatusCode::unsupported, "k6 backward: the workspace's dQ column order is not the kernel's"};
+    return {StatusCode::unsupported,
+            "k6 backward: the workspace's dQ column order is not the kernel's"};
   }
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int batch = varlen ? 1 : p.batch;
