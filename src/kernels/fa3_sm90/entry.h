@@ -18,5 +18,9 @@ Status k7_forward(const Problem& problem, const DebugOptions& debug);
 Status k8_forward(const Problem& problem, const DebugOptions& debug);
 // The Hopper backward (wgmma main kernel, launch_bwd.cu) for kBwdSm90HeadDims.
 Status k6_backward(const BackwardProblem& problem);
+// Its main kernel adds dQ's rows of odd index with their columns XOR this (the workspace's
+// dq_odd_row_col_xor, which k6_backward passes and the postprocess undoes), so that its fp32
+// staging stores are free of bank conflicts (kernel_bwd_sm90.cuh's dq_staging_flip).
+inline constexpr int kDqOddRowColXor = 16;
 
 }  // namespace flashattn

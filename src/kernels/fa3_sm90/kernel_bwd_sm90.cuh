@@ -50,6 +50,7 @@
 #include "common/sequence_view.cuh"
 #include "kernels/bwd_stages/walk.cuh"
 #include "kernels/fa3_sm90/config_bwd.cuh"
+#include "kernels/fa3_sm90/entry.h"
 #include "kernels/fa3_sm90/p_operand_sm90.cuh"
 #include "kernels/fa3_sm90/params_bwd_sm90.cuh"
 #include "kernels/fa3_sm90/softmax_sm90.cuh"
@@ -125,15 +126,15 @@ __device__ __forceinline__ void store_stsm(const TiledMma& mma, int wtid, const 
 // consecutive rows (a half-warp 4 rows, one wavefront at best); in the 128-byte swizzle (16-byte
 // chunk ^= row % 8) rows 2i and 2i + 1 land on the same pair of chunks, 2 wavefronts a half-warp
 // (ncu, H200, d128 4k: 4 per STS.64 against 2 ideal). k6 therefore adds the accumulator's rows
-// of odd index (in the workspace) with their columns XOR 16, half a 32-float atom row
-// (launch_bwd.cuh checks that the workspace says so: the postprocess undoes it). In the swizzled
+// of odd index (in the workspace) with their columns XOR 16 (kDqOddRowColXor, entry.h), half a
+// 32-float atom row (launch_bwd.cuh checks that the workspace says so: the postprocess undoes it). In the swizzled
 // tile that is the byte address XOR 64 (chunk ^ 4: the swizzle reads bits above it only), and 4
 // consecutive rows then cover all 8 chunks. A thread's rows (lane / 4 and + 8, a 64-row tile
 // starting at an even row of its sequence) all have one parity, so it flips all its stores or
 // none. The flip is worked out where the stores are, from the lane read there (volatile):
 // worked out once per tile, ptxas kept the flip or every flipped address live and spilled (d 64
 // 84 bytes, d 128 104; from the thread index at the stores, d 128 still 8).
-inline constexpr int kDqOddRowColXor = 16;
+static_assert(kDqOddRowColXor * sizeof(float) == 64, "the flip is chunk ^ 4 (above)");
 __device__ __forceinline__ uint32_t dq_staging_flip(int64_t first_row) {
   uint32_t lane;
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));

@@ -19,11 +19,6 @@ Status run_backward_main(const BackwardProblem& bp, const bwd::Workspace& ws);  
 
 namespace flashattn {
 
-// The main kernel adds dQ's rows of odd index with their columns XOR this, so that its fp32
-// staging stores are free of bank conflicts (kernel_bwd_sm90.cuh's dq_staging_flip; its launch
-// checks the workspace against its own constant).
-constexpr int kDqOddRowColXor = 16;
-
 Status k6_backward(const BackwardProblem& bp) {
   const Problem& p = bp.fwd;
   // No query rows at all: nothing to stream, and q's TMA descriptor would have no extent; fa2's
