@@ -9,8 +9,13 @@ training loop with short sequences sees too). Layers of flashattn's backward, ea
 the next:
   c_abi      flashattn_c_backward through ctypes, its params built once (validation + launches)
   op         flashattn.ops.bwd (the torch custom op: argument checks, outputs, params, c_abi)
-  autograd   torch.autograd.grad of flash_attn_func's output (the registered backward formula)
-and the same autograd.grad of SDPA with the cuDNN backend. Then a cProfile of the autograd layer.
+  autograd   torch.autograd.grad of flash_attn_func's output (the eager path's backward formula,
+             which runs the op's implementation without the op's dispatch)
+and the same autograd.grad of SDPA with the cuDNN backend. Then the forward without and with
+autograd recording, and a whole step (forward recording autograd + autograd.grad), each also
+through the custom ops (flash_attn_func under a torch function mode that changes nothing, which
+sends it down the path torch.compile and tensor subclasses take: torch's custom-op layers), and
+a cProfile of the autograd layer.
 Usage: python3 bench/host_overhead.py [--json F] [--calls N]
 """
 import argparse
@@ -101,6 +106,27 @@ def main():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
 
+    class Passthrough(torch.overrides.TorchFunctionMode):  # flash_attn_func takes the ops
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def step():
+        return torch.autograd.grad(flashattn.flash_attn_func(q, k, v, causal=True), (q, k, v),
+                                   dout)
+
+    def step_ops():
+        with Passthrough():
+            return step()
+
+    def sdpa_step():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.autograd.grad(F.scaled_dot_product_attention(qt, kt, vt, is_causal=True),
+                                       (qt, kt, vt), doutt)
+
+    def fwd_recording_ops():
+        with Passthrough():
+            return flashattn.flash_attn_func(q, k, v, causal=True)
+
     layers = {
         "flashattn bwd c_abi": lambda: real_backward(params, kid),
         "flashattn bwd op": lambda: ops.bwd(dout, q.detach(), k.detach(), v.detach(), out_plain,
@@ -111,13 +137,19 @@ def main():
         "flashattn fwd": lambda: flashattn.flash_attn_func(q.detach(), k.detach(), v.detach(),
                                                            causal=True),
         "sdpa_cudnn fwd": sdpa_fwd,
+        "flashattn fwd recording autograd": lambda: flashattn.flash_attn_func(q, k, v,
+                                                                              causal=True),
+        "flashattn fwd recording, ops path": fwd_recording_ops,
+        "flashattn step": step,
+        "flashattn step, ops path": step_ops,
+        "sdpa_cudnn step": sdpa_step,
     }
     rec = {"shape": [b, s, h, d], "calls": args.calls,
            "device": torch.cuda.get_device_name(), "host_us": {}, "gpu_events_us": {}}
     for name, fn in layers.items():
         rec["host_us"][name] = round(host_us(fn, args.calls), 1)
         rec["gpu_events_us"][name] = round(gpu_us(fn), 1)
-        print(f"{name:26s} host {rec['host_us'][name]:8.1f} us/call   events "
+        print(f"{name:34s} host {rec['host_us'][name]:8.1f} us/call   events "
               f"{rec['gpu_events_us'][name]:8.1f} us", flush=True)
     prof = cProfile.Profile()
     prof.enable()

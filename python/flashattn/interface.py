@@ -114,9 +114,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     _checks.block_descales(q, *blocks)
     _forward_only(q, k, v, q_descale, k_descale, v_descale, *blocks)
     left, right = _checks.window(window_size)
-    out, lse = ops.fwd(q, k, v, 0.0 if softmax_scale is None else float(softmax_scale),
-                       bool(causal), left, right, kernel, sinks, bool(deterministic),
-                       float(softcap), q_descale, k_descale, v_descale, out_dtype, *blocks)
+    out, lse = ops.apply_fwd(q, k, v, 0.0 if softmax_scale is None else float(softmax_scale),
+                             bool(causal), left, right, kernel, sinks, bool(deterministic),
+                             float(softcap), q_descale, k_descale, v_descale, out_dtype, *blocks)
     return (out, lse) if return_lse else out
 
 
@@ -157,12 +157,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                      k_descale=k_descale, v_descale=v_descale)
     _forward_only(q, k, v, q_descale, k_descale, v_descale)
     left, right = _checks.window(window_size)
-    out, lse = ops.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                              int(max_seqlen_k),
-                              0.0 if softmax_scale is None else float(softmax_scale),
-                              bool(causal), left, right, kernel, sinks, bool(deterministic),
-                              float(softcap), block_table, q_descale, k_descale, v_descale,
-                              out_dtype)
+    out, lse = ops.apply_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                    int(max_seqlen_k),
+                                    0.0 if softmax_scale is None else float(softmax_scale),
+                                    bool(causal), left, right, kernel, sinks,
+                                    bool(deterministic), float(softcap), block_table, q_descale,
+                                    k_descale, v_descale, out_dtype)
     return (out, lse) if return_lse else out
 
 

@@ -4,6 +4,8 @@ exact attention) with FlashAttention's rule max|g - ref| <= 2 max|g_pt - ref| + 
 g_pt is the backward in the input precision). The CPU kernel always (small shapes); the GPU
 families (fa2, auto) with the `gpu` marker, plus bitwise repeatability of deterministic mode and
 torch.compile(fullgraph=True) over forward and backward. The seed is printed by conftest."""
+import contextlib
+
 import pytest
 import torch
 
@@ -279,6 +281,66 @@ def test_cpu_compile_fullgraph_forward_and_backward(backend, dynamic):
         torch.testing.assert_close(g, w, **exact)
     explained = torch._dynamo.explain(model)(q, k, v, sinks)
     assert explained.graph_break_count == 0
+
+
+# ---- the eager path and the ops' path --------------------------------------------------------
+class Passthrough(torch.overrides.TorchFunctionMode):
+    """A torch function mode that changes nothing. Under it flash_attn_func and its backward take
+    the custom ops (flashattn.ops._eager is False), as under torch.compile or a tensor subclass;
+    outside it they take the eager autograd.Function with the same implementations."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def both_paths(forward, leaves, dout):
+    """forward() and its gradients three ways: the eager path, the op's forward with the eager
+    backward, the ops both ways; asserts which autograd node each forward recorded."""
+    results = []
+    for fwd_mode, bwd_mode in ((None, None), (Passthrough, None), (Passthrough, Passthrough)):
+        with (fwd_mode or contextlib.nullcontext)():
+            out = forward()
+        node = type(out.grad_fn).__name__
+        assert node.startswith("Generated" if fwd_mode else "_"), node
+        with (bwd_mode or contextlib.nullcontext)():
+            grads = torch.autograd.grad(out, leaves, dout)
+        results.append((out.detach(), *grads))
+    return results
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_eager_path_equals_the_ops_path_bitwise(device):
+    q, k, v, dout = inputs(2, 113, 203, 4, 2, 64, device=device)
+    sinks = torch.randn(4, device=device, requires_grad=True)
+    results = both_paths(lambda: flash_attn_func(q, k, v, causal=True, sinks=sinks),
+                         (q, k, v, sinks), dout)
+    for other in results[1:]:
+        for got, want in zip(other, results[0]):
+            assert torch.equal(got, want)
+    check(dict(zip(("out", "dq", "dk", "dv", "dsinks"), results[0])), q, k, v, dout,
+          causal=True, sinks=sinks)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_eager_varlen_path_equals_the_ops_path_bitwise(device):
+    q, k, v = (randn(37, 4, 64, device=device).requires_grad_() for _ in range(3))
+    cu = torch.tensor([0, 11, 11, 37], dtype=torch.int32, device=device)
+    dout = randn(37, 4, 64, device=device)
+    kernel = "auto" if device == "cpu" else "fa2"  # the GPU's varlen backward family
+    results = both_paths(lambda: flash_attn_varlen_func(q, k, v, cu, cu, 26, 26, causal=True,
+                                                        kernel=kernel), (q, k, v), dout)
+    for other in results[1:]:
+        for got, want in zip(other, results[0]):
+            assert torch.equal(got, want)
+
+
+def test_eager_path_gives_gradients_only_where_required():
+    q, k, v, dout = inputs(1, 16, 24, 2, 2, 64)
+    k.requires_grad_(False)
+    out = flash_attn_func(q, k, v)
+    assert type(out.grad_fn).__name__ == "_FwdBackward"
+    out.backward(dout)
+    assert q.grad is not None and v.grad is not None and k.grad is None
 
 
 # ---- variable length ---------------------------------------------------------------------------
