@@ -7,10 +7,12 @@ Backward (issue 18), SDPA's cuDNN and FA2 backends beside flashattn's backward, 
     PYTHONPATH=python python3 bench/peers_sdpa.py --bwd --json bench/results/DATE_h100_bwd.json
 
 Grid (TESTING.md): 16k tokens (batch = 16384 / seqlen), hidden 2048 (heads = 2048 / hdim),
-hdim 64/128/256, seqlen 512..16384, causal off and on. Timing: warm-up, then each iteration between
-its own pair of CUDA events (enqueued back to back), median and min over >= 20 iterations, inputs
-rotated among sets totalling > 256 MB so that L2 cannot hold them. A run slower than 1 s after
-warm-up gets fewer iterations (at least 3, about 10 s per config).
+hdim 64/128/256, seqlen 512..16384, causal off and on. Every backend runs a configuration before the
+next configuration starts (the backends' order reversed on every other one), and each record
+carries the SM clock, power and temperature read right after its timing. Timing: warm-up, then
+each iteration between its own pair of CUDA events (enqueued back to back), median and min over
+>= 20 iterations, inputs rotated among sets totalling > 256 MB so that L2 cannot hold them. A run
+slower than 1 s after warm-up gets fewer iterations (at least 3, about 10 s per config).
 FLOPs: 4*b*h*sq*sk*d, halved for causal (the FlashAttention convention; sq == sk on this grid, so
 top-left and bottom-right causal agree and is_causal=True is the bottom-right mask).
 
@@ -91,6 +93,21 @@ def sm_clock_mhz(torch):
         return int(out.stdout.strip().splitlines()[0])
     except Exception:
         return None
+
+
+def gpu_state():
+    """The GPU's SM clock (MHz), power draw (W) and temperature (C) now, read by nvidia-smi
+    (~30 ms); None where it cannot be read. Recorded after each timing, so that a contender timed
+    on a slowed (hot, power-capped) GPU shows it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                              "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10)
+        clock, power, temp = (x.strip() for x in out.stdout.strip().splitlines()[0].split(","))
+        return {"sm_clock_mhz_after": int(float(clock)), "power_w_after": float(power),
+                "temp_c_after": int(float(temp))}
+    except Exception:
+        return {"sm_clock_mhz_after": None, "power_w_after": None, "temp_c_after": None}
 
 
 def measure(torch, fn, nsets, iters, warmup):
@@ -226,70 +243,77 @@ def main(argv):
     configs = [(hd, s, c) for hd in args.hdims for s in args.seqlens for c in (False, True)]
     total = len(configs) * len(args.backends)
     done = 0
-    for be in args.backends:
-        name, make, attention = contender(torch, be, args, dtype)
-        for hd, seq, causal in configs:
-            done += 1
-            batch, heads = TOKENS // seq, HIDDEN // hd
-            rec = {"kernel": name, "mode": mode, "dtype": args.dtype, "batch": batch,
-                   "heads": heads, "kv_heads": heads, "seqlen_q": seq, "seqlen_k": seq,
-                   "hdim": hd, "hdim_v": hd, "causal": causal, "window": [-1, -1], "ms": None,
-                   "ms_min": None, "iters": 0, "tflops": None, "max_err": None,
-                   "max_err_pt": None, "ok": False}
+    contenders = {be: contender(torch, be, args, dtype) for be in args.backends}
+    # Every contender on a configuration before the next one, their order reversed on every
+    # other configuration, so that drift over the run (clocks under sustained load, heat)
+    # favours none: backend after backend (this script's order before 2026-11-29), the last one
+    # met a GPU that had run the whole grid twice already.
+    order = [(cfg, be) for n, cfg in enumerate(configs)
+             for be in (args.backends if n % 2 == 0 else args.backends[::-1])]
+    for (hd, seq, causal), be in order:
+        name, make, attention = contenders[be]
+        done += 1
+        batch, heads = TOKENS // seq, HIDDEN // hd
+        rec = {"kernel": name, "mode": mode, "dtype": args.dtype, "batch": batch,
+               "heads": heads, "kv_heads": heads, "seqlen_q": seq, "seqlen_k": seq,
+               "hdim": hd, "hdim_v": hd, "causal": causal, "window": [-1, -1], "ms": None,
+               "ms_min": None, "iters": 0, "tflops": None, "max_err": None,
+               "max_err_pt": None, "ok": False}
+        if args.bwd:
+            rec.update(peak_mem_mib=None, deterministic=bool(args.deterministic
+                                                             and be == "flashattn"))
+            if be == "flashattn":
+                rec["bwd_kernel"] = bwd_family(torch, args.flashattn_kernel, hd)
+        flops = 4.0 * batch * heads * seq * seq * hd / (2 if causal else 1)
+        flops *= 2.5 if args.bwd else 1.0
+        sets = []
+        try:
+            tensor_bytes = batch * heads * seq * hd * torch.finfo(dtype).bits // 8
+            # backward: q, k, v, out and dout read, dq, dk, dv written
+            set_bytes = (8 if args.bwd else 3) * tensor_bytes
+            nsets = max(1, min(MAX_SETS, -(-ROTATION_BYTES // set_bytes)))
+            sets = [make(batch, heads, seq, hd) for _ in range(nsets)]
             if args.bwd:
-                rec.update(peak_mem_mib=None, deterministic=bool(args.deterministic
-                                                                 and be == "flashattn"))
-                if be == "flashattn":
-                    rec["bwd_kernel"] = bwd_family(torch, args.flashattn_kernel, hd)
-            flops = 4.0 * batch * heads * seq * seq * hd / (2 if causal else 1)
-            flops *= 2.5 if args.bwd else 1.0
-            sets = []
-            try:
-                tensor_bytes = batch * heads * seq * hd * torch.finfo(dtype).bits // 8
-                # backward: q, k, v, out and dout read, dq, dk, dv written
-                set_bytes = (8 if args.bwd else 3) * tensor_bytes
-                nsets = max(1, min(MAX_SETS, -(-ROTATION_BYTES // set_bytes)))
-                sets = [make(batch, heads, seq, hd) for _ in range(nsets)]
-                if args.bwd:
-                    outs = [attention(q, k, v, causal) for q, k, v, _ in sets]
+                outs = [attention(q, k, v, causal) for q, k, v, _ in sets]
 
-                    def run(i):
-                        q, k, v, dout = sets[i]
-                        return torch.autograd.grad(outs[i], (q, k, v), dout, retain_graph=True)
-                else:
-                    def run(i):
-                        return attention(*sets[i][:3], causal)
-
-                ms, ms_min, iters = measure(torch, run, nsets, args.iters, args.warmup)
-                rec.update(ms=ms, ms_min=ms_min, iters=iters, tflops=flops / (ms * 1e-3) / 1e12)
-                finite = True
-                if args.bwd:
-                    rec["peak_mem_mib"], finite = peak_fwd_bwd_mib(torch, attention, *sets[0],
-                                                                   causal)
-                    if not finite:
-                        rec["error"] = "gradients not finite"
-                rec["ok"] = finite
-            except Exception as e:  # OOM (math at 16k), "No available kernel", ...
-                rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            finally:
-                sets = outs = None
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-            out["records"].append(rec)
-            save()
-            peak = (f" {rec['peak_mem_mib']:>9.0f}" if rec.get("peak_mem_mib") is not None
-                    else f" {'-':>9}") if args.bwd else ""
-            if rec["ms"] is not None:
-                print(f"{name:<15} {args.dtype:<5} {batch:>5} {heads:>5} {seq:>7} {hd:>5} "
-                      f"{int(causal):>6} {rec['ms']:>10.4f} {rec['ms_min']:>10.4f} {iters:>5} "
-                      f"{rec['tflops']:>8.2f}{peak} {'ok' if rec['ok'] else 'ERR'}", flush=True)
+                def run(i):
+                    q, k, v, dout = sets[i]
+                    return torch.autograd.grad(outs[i], (q, k, v), dout, retain_graph=True)
             else:
-                print(f"{name:<15} {args.dtype:<5} {batch:>5} {heads:>5} {seq:>7} {hd:>5} "
-                      f"{int(causal):>6} {'-':>10} {'-':>10} {0:>5} {'-':>8}{peak} ERR\n"
-                      f"    {rec['error']}", flush=True)
-            tail = f"{rec['tflops']:.1f} TFLOP/s" if rec["ok"] else "error"
-            print(f"[{done:>{len(str(total))}}/{total}] {name} {mode} hd{hd} s{seq}"
-                  f"{' causal' if causal else ''} ... {tail}", file=sys.stderr, flush=True)
+                def run(i):
+                    return attention(*sets[i][:3], causal)
+
+            ms, ms_min, iters = measure(torch, run, nsets, args.iters, args.warmup)
+            rec.update(ms=ms, ms_min=ms_min, iters=iters, tflops=flops / (ms * 1e-3) / 1e12)
+            finite = True
+            if args.bwd:
+                rec["peak_mem_mib"], finite = peak_fwd_bwd_mib(torch, attention, *sets[0],
+                                                               causal)
+                if not finite:
+                    rec["error"] = "gradients not finite"
+            rec["ok"] = finite
+        except Exception as e:  # OOM (math at 16k), "No available kernel", ...
+            rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        finally:
+            sets = outs = None
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        rec.update(gpu_state())
+        out["records"].append(rec)
+        save()
+        peak = (f" {rec['peak_mem_mib']:>9.0f}" if rec.get("peak_mem_mib") is not None
+                else f" {'-':>9}") if args.bwd else ""
+        if rec["ms"] is not None:
+            print(f"{name:<15} {args.dtype:<5} {batch:>5} {heads:>5} {seq:>7} {hd:>5} "
+                  f"{int(causal):>6} {rec['ms']:>10.4f} {rec['ms_min']:>10.4f} {iters:>5} "
+                  f"{rec['tflops']:>8.2f}{peak} {'ok' if rec['ok'] else 'ERR'}", flush=True)
+        else:
+            print(f"{name:<15} {args.dtype:<5} {batch:>5} {heads:>5} {seq:>7} {hd:>5} "
+                  f"{int(causal):>6} {'-':>10} {'-':>10} {0:>5} {'-':>8}{peak} ERR\n"
+                  f"    {rec['error']}", flush=True)
+        tail = f"{rec['tflops']:.1f} TFLOP/s" if rec["ok"] else "error"
+        print(f"[{done:>{len(str(total))}}/{total}] {name} {mode} hd{hd} s{seq}"
+              f"{' causal' if causal else ''} ... {tail}", file=sys.stderr, flush=True)
     return 0
 
 
