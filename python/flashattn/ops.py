@@ -17,6 +17,7 @@ that uses it treats it as a constant, and lse.requires_grad is False to say so.
 flash_attn_func and flash_attn_varlen_func call them through apply_fwd / apply_varlen_fwd: in
 plain eager mode the same implementations and formulas run through a torch.autograd.Function,
 without torch's custom-op layers (a third of the host time of a forward and backward; below).
+Neither path has a double backward: differentiating the gradients raises.
 """
 import torch
 
@@ -572,7 +573,7 @@ def _fwd_backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     args = (grad_out, q, k, v, out, lse, *ctx.args, sinks, ctx.softcap)
-    grads = (_IMPLS["bwd"] if _eager(args) else bwd)(*args)
+    grads = (_IMPLS["bwd"] if _eager_backward(args) else bwd)(*args)
     return _gradients(ctx, *grads)
 
 
@@ -596,7 +597,7 @@ def _varlen_backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     args = (grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.args, sinks, ctx.softcap)
-    grads = (_IMPLS["varlen_bwd"] if _eager(args) else varlen_bwd)(*args)
+    grads = (_IMPLS["varlen_bwd"] if _eager_backward(args) else varlen_bwd)(*args)
     return _gradients(ctx, *grads)
 
 
@@ -610,23 +611,34 @@ torch.library.register_autograd("flashattn::varlen_fwd", _varlen_backward,
 # flash_attn_func and flash_attn_varlen_func call the ops through apply_fwd / apply_varlen_fwd.
 # Where nothing traces or intercepts the call (_eager), these run the same implementations and
 # the same autograd formulas as above through a torch.autograd.Function, skipping torch's
-# custom-op layers: on a 2-core host (the library stubbed) a forward that records autograd took
-# 166 µs through the op, 96 of them in torch._library.utils.fill_defaults (it rebuilds
-# schema.arguments once per argument: quadratic in fwd's 18), against 38 this way; forward and
-# backward 351 against 141. Anything else (torch.compile, fake tensors, a dispatch or function
-# mode, functorch transforms, tensor subclasses) takes the ops, which it can trace.
+# custom-op layers. Most of what those cost a forward that records autograd is
+# torch._library.utils.fill_defaults, which rebuilds schema.arguments once per argument
+# (quadratic in fwd's 18): on the H200's host 348 -> 127 µs, a forward and backward 1165 -> 754
+# (bench/host_overhead.py, docs/PERF.md). Anything else (torch.compile, fake tensors, a dispatch
+# or function mode, functorch transforms, tensor subclasses) takes the ops, which it can trace;
+# so does a torch without the private checks _eager reads.
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_MODE_CHECKS = tuple(getattr(torch._C, name, None) for name in (
+    "_is_torch_function_mode_enabled", "_len_torch_dispatch_stack",
+    "_are_functorch_transforms_active"))
 
 
 def _eager(args):
     """True when the call runs in plain eager mode: not being compiled, no torch function or
     dispatch mode or functorch transform active, and every tensor argument a plain tensor (or
     nn.Parameter). The first test short-circuits the others while dynamo traces."""
-    return (not torch.compiler.is_compiling()
-            and not torch._C._is_torch_function_mode_enabled()
-            and torch._C._len_torch_dispatch_stack() == 0
-            and not torch._C._are_functorch_transforms_active()
+    if torch.compiler.is_compiling() or None in _MODE_CHECKS:
+        return False
+    function_mode, dispatch_stack, functorch = _MODE_CHECKS
+    return (not function_mode() and dispatch_stack() == 0 and not functorch()
             and all(type(a) in _PLAIN_TENSORS for a in args if isinstance(a, torch.Tensor)))
+
+
+def _eager_backward(args):
+    """_eager, and not building a graph of the backward (create_graph=True turns grad mode on in
+    it): then the backward op runs, whose outputs refuse to be differentiated, as they always
+    did; the implementation's would silently carry no gradient."""
+    return not torch.is_grad_enabled() and _eager(args)
 
 
 class _Fwd(torch.autograd.Function):
@@ -640,7 +652,7 @@ class _Fwd(torch.autograd.Function):
         return output
 
     @staticmethod
-    def backward(ctx, grad_out, grad_lse):
+    def backward(ctx, grad_out, grad_lse):  # with create_graph, through the op (_eager_backward)
         return _fwd_backward(ctx, grad_out, grad_lse)
 
 

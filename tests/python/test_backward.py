@@ -334,6 +334,19 @@ def test_eager_varlen_path_equals_the_ops_path_bitwise(device):
             assert torch.equal(got, want)
 
 
+def test_double_backward_raises_on_both_paths():
+    # No double backward: a gradient built with create_graph=True refuses to be differentiated
+    # (through the backward op, on the eager path too), rather than silently carrying none.
+    q, k, v, _ = inputs(1, 16, 24, 2, 2, 64)
+    for mode in (contextlib.nullcontext, Passthrough):
+        with mode():
+            out = flash_attn_func(q, k, v, causal=True)
+        dq, = torch.autograd.grad(out.float().sum(), q, create_graph=True)
+        assert dq.requires_grad
+        with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+            torch.autograd.grad(dq.float().sum(), q)
+
+
 def test_eager_path_gives_gradients_only_where_required():
     q, k, v, dout = inputs(1, 16, 24, 2, 2, 64)
     k.requires_grad_(False)
