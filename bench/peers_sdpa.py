@@ -83,14 +83,20 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
+def nvidia_smi(fields):
+    """GPU 0's values of nvidia-smi's query `fields` (a comma list), as strings; raises where
+    nvidia-smi cannot answer."""
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits",
+                          "-i", "0"], capture_output=True, text=True, timeout=10)
+    return [x.strip() for x in out.stdout.strip().splitlines()[0].split(",")]
+
+
 def sm_clock_mhz(torch):
     khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", None)
     if khz:
         return int(khz) // 1000
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits",
-                              "-i", "0"], capture_output=True, text=True, timeout=10)
-        return int(out.stdout.strip().splitlines()[0])
+        return int(nvidia_smi("clocks.max.sm")[0])
     except Exception:
         return None
 
@@ -100,10 +106,7 @@ def gpu_state():
     (~30 ms); None where it cannot be read. Recorded after each timing, so that a contender timed
     on a slowed (hot, power-capped) GPU shows it."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
-                              "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=10)
-        clock, power, temp = (x.strip() for x in out.stdout.strip().splitlines()[0].split(","))
+        clock, power, temp = nvidia_smi("clocks.sm,power.draw,temperature.gpu")
         return {"sm_clock_mhz_after": int(float(clock)), "power_w_after": float(power),
                 "temp_c_after": int(float(temp))}
     except Exception:

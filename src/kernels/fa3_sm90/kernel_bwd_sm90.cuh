@@ -127,13 +127,13 @@ __device__ __forceinline__ void store_stsm(const TiledMma& mma, int wtid, const 
 // chunk ^= row % 8) rows 2i and 2i + 1 land on the same pair of chunks, 2 wavefronts a half-warp
 // (ncu, H200, d128 4k: 4 per STS.64 against 2 ideal). k6 therefore adds the accumulator's rows
 // of odd index (in the workspace) with their columns XOR 16 (kDqOddRowColXor, entry.h), half a
-// 32-float atom row (launch_bwd.cuh checks that the workspace says so: the postprocess undoes it). In the swizzled
-// tile that is the byte address XOR 64 (chunk ^ 4: the swizzle reads bits above it only), and 4
-// consecutive rows then cover all 8 chunks. A thread's rows (lane / 4 and + 8, a 64-row tile
-// starting at an even row of its sequence) all have one parity, so it flips all its stores or
-// none. The flip is worked out where the stores are, from the lane read there (volatile):
-// worked out once per tile, ptxas kept the flip or every flipped address live and spilled (d 64
-// 84 bytes, d 128 104; from the thread index at the stores, d 128 still 8).
+// 32-float atom row (launch_bwd.cuh checks that the workspace says so: the postprocess undoes
+// it). In the swizzled tile that is the byte address XOR 64 (chunk ^ 4: the swizzle reads bits
+// above it only), and 4 consecutive rows then cover all 8 chunks. A thread's rows (lane / 4 and
+// + 8, a 64-row tile starting at an even row of its sequence) all have one parity, so it flips
+// all its stores or none. The flip is worked out where the stores are, from the lane read there
+// (volatile): worked out once per tile, ptxas kept the flip or every flipped address live and
+// spilled (d 64 84 bytes, d 128 104; from the thread index at the stores, d 128 still 8).
 static_assert(kDqOddRowColXor * sizeof(float) == 64, "the flip is chunk ^ 4 (above)");
 __device__ __forceinline__ uint32_t dq_staging_flip(int64_t first_row) {
   uint32_t lane;
@@ -149,14 +149,15 @@ template <class Layout>
 constexpr bool dq_pairs_split_ok() {
   constexpr Layout tile{};
   for (int warp = 0; warp < 4; ++warp) {
-    for (int lane = 0; lane < 32; lane += 1) {
+    for (int lane = 0; lane < 32; ++lane) {
       const int row = 16 * warp + lane / 4, col = 2 * (lane % 4);
       const uint32_t at = static_cast<uint32_t>(tile(row, col)) * 4u;
       for (int v1 = 0; v1 < 2; ++v1) {
         for (int j = 0; j < 8; ++j) {
           const uint32_t off = static_cast<uint32_t>(tile(8 * v1, 8 * j) - tile(0, 0)) * 4u;
           if ((at & off & 1023u) != 0) return false;
-          if (static_cast<uint32_t>(tile(row + 8 * v1, col + 8 * j)) * 4u != at + off) return false;
+          const uint32_t to = static_cast<uint32_t>(tile(row + 8 * v1, col + 8 * j)) * 4u;
+          if (to != at + off) return false;
         }
       }
     }
