@@ -762,12 +762,15 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     pipe.consumer_wait(st_i);
     wgmma<true, -1>(mma_sdp, tSrQ(_, _, _, st_i.index()), tSrK, tSrS);
   };
-  // dK_w += dS_wᵀ·Q of the step whose count (`it`) was it_prev, its Q and dO in stage st_prev
-  // (the dS buffer is that step's: two steps later it is written again).
+  // The dS buffer of the step whose count (`it`) is `count` (two, by its parity), and this
+  // warpgroup's half of it.
+  auto ds_buffer = [&](int count) { return ss.ds.data() + (count & 1) * kBlockM * kBlockN; };
+  auto ds_half = [&](int count) { return ds_buffer(count) + wg * kBlockM * kKeysWG; };
+  // dK_w += dS_wᵀ·Q of the step whose count was it_prev, its Q and dO in stage st_prev (its dS
+  // buffer is written again two steps later).
   auto issue_dk = [&](int it_prev, int st_prev) {
-    Element* ds_prev = ss.ds.data() + (it_prev & 1) * kBlockM * kBlockN + wg * kBlockM * kKeysWG;
     Tensor tdKrdSt = thr_dkv.partition_fragment_A(
-        make_tensor(make_smem_ptr(ds_prev), typename C::SmemLayoutPWGt{}));
+        make_tensor(make_smem_ptr(ds_half(it_prev)), typename C::SmemLayoutPWGt{}));
     wgmma<false, -1>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, st_prev), tdKrdK);
   };
   if (wk.steps > 0) s_ahead(0, state);
@@ -823,8 +826,8 @@ __device__ __forceinline__ void bwd_mainloop(const ParamsBwd<C>& params,
     for (int e = 0; e < size(tdPrdP); ++e) tdPrdP(e) *= tSrS(e);  // dS = P ∘ (dP − D), dV running
     // dS into this step's buffer: the other warpgroup read the other buffer last step, and
     // this one two steps ago (behind the last kBwdDsReady).
-    Element* ds_buf = ss.ds.data() + (it & 1) * kBlockM * kBlockN;
-    Element* ds_wg = ds_buf + wg * kBlockM * kKeysWG;
+    Element* ds_buf = ds_buffer(it);
+    Element* ds_wg = ds_half(it);
     if constexpr (C::kStmatrix) {
       store_stsm<Element>(mma_sdp, wtid, tdPrdP,
                           make_tensor(make_smem_ptr(ds_wg), typename C::SmemLayoutPWG{}));
