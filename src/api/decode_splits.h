@@ -28,7 +28,9 @@ struct DecodeSplitInputs {
 // two waves, 478 vs 392 (bench/results/2026-11-25_h100_decode_e4m3_splits_rule_probe.txt).
 // Paged e4m3 caches keep the plain rule: with this one b8/8k page 16 took 72.5 us against 63.3,
 // b1/64k page 256 70.5 against 62.5 (..._decode_e4m3_split_rule_ab.txt): their scattered pages
-// want the third block's loads in flight.
+// want the third block's loads in flight. Again with pages of whole tiles read once per tile
+// (kernel.cuh's kDecodeTilePages; H200, 2026-11-29, the race's grid at page 16): this rule 1.09x
+// the row-pages build's speed against the plain rule's 1.15x (b8/8k 58.8 against 53.0 us).
 int decode_num_splits(const DecodeSplitInputs& in);
 
 inline constexpr int kDecodeMinTilesPerSplit = 8;

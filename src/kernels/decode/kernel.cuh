@@ -123,7 +123,19 @@ __device__ __forceinline__ void e4m3x4_to_k_operand(uint32_t w, uint32_t& b0, ui
   }
 }
 
-template <class C>
+// How split_kernel finds a key's row in the cache (run_decode picks it from the problem; each is
+// its own kernel, so that none pays for another's address arithmetic):
+//   kDecodeContiguous  (batch or cache row, key) of a contiguous cache;
+//   kDecodeTilePages   pages of a multiple of 16 keys: a 16-key tile lies in one page (tiles
+//                      start on multiples of 16), whose page-table entry is read once per tile,
+//                      one tile ahead of its use, by a uniform load;
+//   kDecodeRowPages    any other page size: each row's page looked up by its copies.
+// Measured (H200, 2026-11-29, graph-timed, page 16): the tile pages' kernel against the row pages'
+// one (which every page size took before) 1.40x geomean on the race's grid (b8/8k hd128 100.0 ->
+// 69.0 us, the contiguous cache's 67.2), FP8 KV 1.15x (docs/PERF.md, Decode II).
+enum DecodePaging : int { kDecodeContiguous = 0, kDecodeTilePages = 1, kDecodeRowPages = 2 };
+
+template <class C, int kPaging = kDecodeContiguous>
 __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem p) {
   constexpr int kWarps = C::kWarps, kThreads = C::kThreads;
   using Element = typename C::Element;
@@ -153,6 +165,10 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   const int q_end = (min(r0 + kRows, p.rows) - 1) / p.group + 1;
   int kb = 0, ke = 0;
   mask.key_range(q_first, q_end, kb, ke);
+  // Tiles start on multiples of 16 keys (so that a page of whole tiles holds whole tiles, and the
+  // layouts split alike: paged == contiguous bitwise): a sliding window's first tile starts at
+  // most 15 keys early, keys that the edge tiles' mask hides.
+  kb -= kb % kBlockN;
   const int tiles = ke > kb ? (ke - kb + kBlockN - 1) / kBlockN : 0;
   const int per_split = (tiles + p.num_splits - 1) / p.num_splits;
   const int t_begin = min(split * per_split, tiles);
@@ -197,13 +213,36 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   // read again (the partials the combine kernel reads back, Q, the lengths). Measured (H100,
   // bench/decode_timeline.cu, same call): -0.5 us on the split kernel alone, -0.7 to -1.0 us end
   // to end at batch 1 / 16k-32k keys and batch 8 / 4k (docs/perf/decode.md, fourth pass).
-  const uint64_t kv_policy = l2_evict_first();
+  // The e4m3 kernels load without it: in them nvcc 13.0's ptxas folded the shared-memory base
+  // into hinted LDGSTS' addresses and emitted descriptor and offset registers that nothing writes
+  // (an illegal instruction at run time; the sass_uniform_registers ctest reads every kernel's
+  // SASS for it), once each layout had its own kernel. Measured on the H200 (2026-11-29): the
+  // 16-bit kernels without the hint 1.5% slower (geomean of the race's grid, up to 4.7% at b1/16k),
+  // so they keep it; the unhinted e4m3 kernels ran faster than the hinted ones before them
+  // (contiguous b8/8k 53.0 -> 45.4 us, b1/32k 29.8 -> 26.4; the layouts' split came with it).
+  constexpr bool kHintedLoads = !C::kKvE4m3;
+  const uint64_t kv_policy = kHintedLoads ? l2_evict_first() : 0;
   int bad_page = -1;  // a page-table column this lane found out of range (recorded after the loop)
-  auto load_tile = [&](int t, int stage) {
+  // kDecodeTilePages: the page-table entry of tile t (0 past the split: such tiles load nothing).
+  auto tile_page = [&](int t) -> int {
+    const int j0 = kb + t * kBlockN;
+    return kPaging == kDecodeTilePages && t < t_end && j0 < ke ? pages[j0 / p.page_size] : 0;
+  };
+  auto load_tile = [&](int t, int stage, int page) {
     KvStore* ks = ring + stage * 2 * C::kTile;
     KvStore* vs = ks + C::kTile;
     const int j0 = kb + t * kBlockN;
     constexpr int kPerChunk = 16 / int(sizeof(KvStore));  // elements per 16-byte chunk
+    // kDecodeTilePages: the tile's first row in the cache, and whether its page is in range.
+    [[maybe_unused]] int64_t k0 = 0, v0 = 0;
+    [[maybe_unused]] bool page_ok = true;
+    if constexpr (kPaging == kDecodeTilePages) {
+      const int pi = j0 / p.page_size, in_page0 = j0 - pi * p.page_size;
+      page_ok = page >= 0 && page < p.num_pages;
+      if (!page_ok && j0 < ke) bad_page = pi;
+      k0 = page * p.k_stride[0] + in_page0 * p.k_stride[1];
+      v0 = page * p.v_stride[0] + in_page0 * p.v_stride[1];
+    }
 #pragma unroll
     for (int i = 0; i < C::kCopiesPerLane; ++i) {
       const int flat = lane + 32 * i;
@@ -211,14 +250,18 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       bool ok = j < ke && row_ok;
       int64_t k_off = 0, v_off = 0;
       if (ok) {
-        if (p.paged) {
+        if constexpr (kPaging == kDecodeTilePages) {
+          ok = page_ok;
+          k_off = k0 + row * p.k_stride[1];
+          v_off = v0 + row * p.v_stride[1];
+        } else if constexpr (kPaging == kDecodeRowPages) {
           const int pi = j / p.page_size;
-          const int page = pages[pi];
+          const int pg = pages[pi];
           const int in_page = j - pi * p.page_size;
-          ok = page >= 0 && page < p.num_pages;
+          ok = pg >= 0 && pg < p.num_pages;
           if (!ok) bad_page = pi;
-          k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
-          v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
+          k_off = pg * p.k_stride[0] + in_page * p.k_stride[1];
+          v_off = pg * p.v_stride[0] + in_page * p.v_stride[1];
         } else {
           k_off = cache_row * p.k_stride[0] + j * p.k_stride[1];
           v_off = cache_row * p.v_stride[0] + j * p.v_stride[1];
@@ -232,8 +275,13 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       } else {
         k_at = v_at = swizzle<kD>(row, c);
       }
-      cp_async_16_hint(ks + k_at, k_base + k_off + c * kPerChunk, ok, kv_policy);
-      cp_async_16_hint(vs + v_at, v_base + v_off + c * kPerChunk, ok, kv_policy);
+      if constexpr (kHintedLoads) {
+        cp_async_16_hint(ks + k_at, k_base + k_off + c * kPerChunk, ok, kv_policy);
+        cp_async_16_hint(vs + v_at, v_base + v_off + c * kPerChunk, ok, kv_policy);
+      } else {
+        cp_async_16(ks + k_at, k_base + k_off + c * kPerChunk, ok);
+        cp_async_16(vs + v_at, v_base + v_off + c * kPerChunk, ok);
+      }
     }
   };
 
@@ -247,14 +295,19 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   const float softcap_scale = p.softcap_scale * k_scale;
   const float scale_log2 = p.softcap > 0.f ? p.scale_log2 : p.scale_log2 * k_scale;
 
-  // Start the ring before waiting on Q: the first K/V bytes are the long pole.
+  // Start the ring before waiting on Q: the first K/V bytes are the long pole. kDecodeTilePages:
+  // the pages of the ring's first tiles and of the loop's first load, read together first.
+  int first_pages[C::kStages];
+#pragma unroll
+  for (int s = 0; s < C::kStages; ++s) first_pages[s] = tile_page(t_begin + warp + s * kWarps);
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < mine) load_tile(t_begin + warp + s * kWarps, s);
+    if (s < mine) load_tile(t_begin + warp + s * kWarps, s, first_pages[s]);
     cp_async_commit();
   }
-  cp_async_wait<C::kStages - 1>();  // the Q group, the oldest, has landed
-  __syncthreads();                  // ... for every thread's share of it
+  int next_page = first_pages[C::kStages - 1];  // the page of the loop's next load
+  cp_async_wait<C::kStages - 1>();              // the Q group, the oldest, has landed
+  __syncthreads();                              // ... for every thread's share of it
 
   // ldmatrix lane roles: lanes 8i..8i+7 address matrix i. For A (Q, P) and the transposed V
   // operand the matrices are (rows 0-7 | 8-15) x (chunk 0 | 1); for K they are (chunk 0 | 1) x
@@ -310,7 +363,11 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
 
   for (int i = 0; i < mine; ++i) {
     const int ahead = i + C::kStages - 1;
-    if (ahead < mine) load_tile(t_begin + warp + ahead * kWarps, ahead % C::kStages);
+    if (ahead < mine) {
+      const int t = t_begin + warp + ahead * kWarps;
+      load_tile(t, ahead % C::kStages, next_page);
+      next_page = tile_page(t + kWarps);  // lands while this tile is computed
+    }
     cp_async_commit();
     cp_async_wait<C::kStages - 1>();
     __syncwarp();  // every lane's copies of tile i have landed

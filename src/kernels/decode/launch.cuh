@@ -5,12 +5,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <string>
 
-#include "common/decode_problem.h"
 #include "common/cuda_check.h"
+#include "common/decode_problem.h"
 #include "kernels/decode/combine.cuh"
 #include "kernels/decode/kernel.cuh"
 
@@ -35,12 +36,18 @@ Status prepare_split_kernel(int* blocks_per_sm) {
                                          " KB of shared memory per block; this device allows " +
                                          std::to_string(smem_optin / 1024) + " KB"};
   }
-  // Above the 48 KB default; the attribute is per device, so it is set at every call.
-  FA_CUDA_TRY(cudaFuncSetAttribute(split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   C::kSmemBytes));
+  // Above the 48 KB default; the attribute is per device, so it is set at every call. The
+  // occupancy is the least of the three layouts' kernels (their registers differ by a few).
   int blocks = 0;
-  FA_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kernel<C>, C::kThreads,
-                                                            C::kSmemBytes));
+  for (auto kernel : {split_kernel<C, kDecodeContiguous>, split_kernel<C, kDecodeTilePages>,
+                      split_kernel<C, kDecodeRowPages>}) {
+    FA_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    int here = 0;
+    FA_CUDA_TRY(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&here, kernel, C::kThreads, C::kSmemBytes));
+    blocks = blocks == 0 ? here : std::min(blocks, here);
+  }
   if (blocks_per_sm != nullptr) *blocks_per_sm = blocks;
   if (device < 64) prepared[device] = blocks + 1;
   return Status::success();
@@ -62,7 +69,10 @@ Status run_decode(const DecodeProblem& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const dim3 grid(static_cast<unsigned>(p.row_chunks * p.num_splits),
                   static_cast<unsigned>(p.heads_kv), static_cast<unsigned>(p.batch));
-  split_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
+  const auto kernel = !p.paged                                ? split_kernel<C, kDecodeContiguous>
+                      : p.page_size % kDecodeKeysPerTile == 0 ? split_kernel<C, kDecodeTilePages>
+                                                              : split_kernel<C, kDecodeRowPages>;
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
   FA_CUDA_LAUNCH_CHECK("decode split_kernel");
   if (p.num_splits == 1) return Status::success();
 
