@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --build --preset default
+# The SASS check of uniform registers (cmake/sass_uniform_check.py) before anything goes to the
+# GPU: a kernel that reads a register nothing writes fails there as an illegal instruction, and a
+# device call is dearer than this minute.
+ctest --test-dir build -R sass_uniform_registers --output-on-failure
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cp build/tests/flashattn_gpu_tests build/tools/flashattn-bench build/python/libflashattn_c.so "$stage/"
