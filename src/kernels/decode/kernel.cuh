@@ -131,8 +131,8 @@ __device__ __forceinline__ void e4m3x4_to_k_operand(uint32_t w, uint32_t& b0, ui
 //                      one tile ahead of its use, by a uniform load;
 //   kDecodeRowPages    any other page size: each row's page looked up by its copies.
 // Measured (H200, 2026-11-29, graph-timed, page 16): the tile pages' kernel against the row pages'
-// one (which every page size took before) 1.40x geomean on the race's grid (b8/8k hd128 100.0 ->
-// 69.0 us, the contiguous cache's 67.2), FP8 KV 1.15x (docs/PERF.md, Decode II).
+// one (which every page size took before) 1.40x geomean on the race's grid (b8/8k hd128 100.1 ->
+// 69.0 us, the contiguous cache's 66.8), FP8 KV 1.15x (docs/PERF.md, Decode II).
 enum DecodePaging : int { kDecodeContiguous = 0, kDecodeTilePages = 1, kDecodeRowPages = 2 };
 
 template <class C, int kPaging = kDecodeContiguous>
