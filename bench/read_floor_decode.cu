@@ -14,43 +14,6 @@
 
 __global__ void empty_kernel() {}
 
-// Median over `iters` replays of one CUDA graph holding 8 rounds of launch(i, stream) for i in
-// [0, sets), per call, in microseconds (flashattn-bench --decode --graph's timing).
-template <class F>
-float graph_median_us(F&& launch, int sets, int iters = 20) {
-  constexpr int kRounds = 8;
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int i = 0; i < sets; ++i) launch(i, s);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int r = 0; r < kRounds; ++r)
-    for (int i = 0; i < sets; ++i) launch(i, s);
-  CK(cudaStreamEndCapture(s, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  CK(cudaGraphDestroy(graph));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, s));
-  std::vector<float> t(iters);
-  for (int it = 0; it < iters; ++it) {
-    CK(cudaEventRecord(e0, s));
-    CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&t[it], e0, e1));
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  CK(cudaStreamDestroy(s));
-  return 1000.f * t[iters / 2] / (kRounds * sets);
-}
-
 int main(int argc, char** argv) {
   const bool graph = argc > 1 && std::strcmp(argv[1], "--graph") == 0;
   const size_t pool = size_t(1536) << 20;
