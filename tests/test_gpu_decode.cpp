@@ -68,6 +68,9 @@ struct Case {
   int rotary_dim = 0;   // 0: no rotary; else tables of the standard frequencies (theta 10000)
   bool interleaved = true;
   int fp8 = 0;  // 0: a 16-bit cache; 1: e4m3, per-tensor scales; 2: e4m3, per-KV-head scales
+  // Query heads scaled by 1, 2^-40, 2^12, 2^-6 in turn: rows of very different magnitudes in one
+  // tile (the e4m3 kernels run S in fp16 with each row of Q scaled by its own power of two).
+  bool q_spread = false;
 };
 
 std::string case_name(const Case& c) {
@@ -91,6 +94,7 @@ std::string case_name(const Case& c) {
                       .flag(c.rotary_dim > 0, rotary.c_str())
                       .flag(c.fp8 == 1, "_e4m3tensor")
                       .flag(c.fp8 == 2, "_e4m3head")
+                      .flag(c.q_spread, "_qspread")
                       .str();
   return s.substr(5);  // drop "auto_"
 }
@@ -254,6 +258,13 @@ void build(const Case& c, uint64_t seed, Host& h) {
 
   h.q.resize(size_t(batch) * c.sq * c.hq * c.d);
   fa::reference::fill_normal(h.q.data(), std::ssize(h.q), c.dtype, seed, c.q_sigma);
+  if (c.q_spread) {
+    constexpr float kSpread[4] = {1.f, 0x1p-40f, 0x1p12f, 0x1p-6f};
+    for (int64_t i = 0; i < std::ssize(h.q); ++i) {
+      const float f = kSpread[(i / c.d) % c.hq % 4];
+      fa::store_from_float(h.q.data(), i, fa::load_as_float(h.q.data(), i, c.dtype) * f, c.dtype);
+    }
+  }
   // Every cache slot starts as NaN; the slots each sequence owns get data. A kernel that reads
   // past a sequence (or an unused page, or another entry's row) produces NaN.
   h.k.assign(size_t(cache_elems), kNaN);
@@ -567,6 +578,21 @@ std::vector<Case> grid() {
         cases.push_back(c);
         ++f;
       }
+  // Query rows of very different magnitudes (Case::q_spread): e4m3 caches at every head dim
+  // (bf16 queries; fp16 at one), paged and contiguous, and a 16-bit cache.
+  for (int d : kHeadDims) {
+    Case c{D::bf16, d, 8, 2, 1, lengths[f % 5], d == 128 ? 0 : 16, 1, false, -1, -1, 0, false, 1.f};
+    c.fp8 = 1 + f % 2;
+    c.q_spread = true;
+    cases.push_back(c);
+    ++f;
+  }
+  for (int fp8 : {0, 1}) {
+    Case c{fp8 ? D::fp16 : D::bf16, 128, 32, 8, 2, lengths[1], 16, 0, true, -1, -1, 5, false, 1.f};
+    c.fp8 = fp8;
+    c.q_spread = true;
+    cases.push_back(c);
+  }
   return cases;
 }
 

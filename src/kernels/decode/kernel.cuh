@@ -10,11 +10,15 @@
 // FP8 KV cache (kKvE4m3): the ring holds e4m3 tiles (one byte per element: half the bytes per
 // tile), read straight into the MMA fragments, widened in registers, with no shared-memory round
 // trip (swizzle.h lays the tiles out for these reads):
-//  - S = Q·Kᵀ in the input precision. The head dimension of Q and K may be permuted freely (the
-//    same way for both), so each lane's B fragment for one k16 step is four consecutive bytes of
-//    its key row, and 16 bytes (one load) serve four steps; Q's fragments are built once in the
-//    same permutation. e4m3 -> fp16 is one cvt per pair; e4m3 -> bf16 is bit moves and one exact
-//    multiply by 2^120 per pair (sm_90 has no e4m3 -> bf16 cvt).
+//  - S = Q·Kᵀ in fp16 whatever the input type. The head dimension of Q and K may be permuted
+//    freely (the same way for both), so each lane's B fragment for one k16 step is four
+//    consecutive bytes of its key row, and 16 bytes (one load) serve four steps; Q's fragments
+//    are built once in the same permutation. e4m3 -> fp16 is one byte permute and two cvt's per
+//    four bytes (sm_90 has no e4m3 -> bf16 cvt: bit moves and a multiply by 2^120 took seven
+//    instructions). bf16 queries enter fp16 with each row scaled by a power of two that puts its
+//    largest magnitude in [2^14, 2^15): every bf16 value down to 2^-31 of its row's largest is
+//    then exact in fp16 (smaller ones round to fp16's subnormal grid, an error under 2^-38 of the
+//    row's largest), so S is what bf16 operands give; the scale comes off with the softmax scale.
 //  - O += P·V in fp16 whatever the input type (P in [0, 1] loses less in fp16 than in bf16; every
 //    e4m3 value is an fp16 value). The output dimension of V is permuted instead: lane g's B
 //    fragments take dimension g·hd/8 + n of block n, so a lane reads hd/8 consecutive bytes of each
@@ -46,6 +50,8 @@ namespace flashattn::decoding {
 inline constexpr int kRows = kDecodeRowsPerBlock;   // 16
 inline constexpr int kBlockN = kDecodeKeysPerTile;  // 16
 inline constexpr float kNegInf = -__builtin_huge_valf();
+// The conditional rescale's slack (log2 units), as the forward's (softmax_sm90.cuh).
+inline constexpr float kRescaleSlack = 8.f;
 
 template <typename Element_, int kHeadDim_, int kWarps_ = kDecodeWarps, bool kKvE4m3_ = false>
 struct Config {
@@ -94,33 +100,27 @@ __device__ __forceinline__ void load_shared(const uint8_t* p, uint32_t* w) {
   }
 }
 
-// Two e4m3 values (bits 0-7 and 8-15 of `two`) as an fp16 pair. Exact.
-__device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t two) {
+// Four e4m3 values as two fp16 pairs: bytes 0, 1 -> lo, bytes 2, 3 -> hi. Exact. The halves of
+// `four` go to the converts as 16-bit registers (no shift for the high pair).
+__device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(four));
+#else  // sm_80: the library's conversion (no e4m3 instructions there)
+  const __half2_raw l =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four & 0xffffu), __NV_E4M3);
   const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
-  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four >> 16), __NV_E4M3);
+  lo = uint32_t(l.x) | (uint32_t(l.y) << 16);
+  hi = uint32_t(h.x) | (uint32_t(h.y) << 16);
+#endif
 }
 
-// Four e4m3 bytes of K as S's B operand: b0 = (byte 0, byte 2), b1 = (byte 1, byte 3), in
-// Element. Exact. bf16: a byte's sign and 7 exponent-mantissa bits moved into bf16's places
-// read as the value times 2^-120 (e4m3's subnormals become bf16 subnormals, still exact), and one
-// bf16x2 multiply by 2^120 restores it.
-template <typename Element>
+// Four e4m3 bytes of K as S's fp16 B operand: b0 = (byte 0, byte 2), b1 = (byte 1, byte 3). Exact.
 __device__ __forceinline__ void e4m3x4_to_k_operand(uint32_t w, uint32_t& b0, uint32_t& b1) {
-  if constexpr (std::is_same_v<Element, __half>) {
-    const uint32_t p = __byte_perm(w, 0u, 0x3120);  // bytes 0, 2, 1, 3
-    b0 = e4m3x2_to_half2(p);
-    b1 = e4m3x2_to_half2(p >> 16);
-  } else {
-    const uint32_t lo = ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u);  // bytes 0, 2
-    const uint32_t hi = ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u);         // bytes 1, 3
-    const __nv_bfloat162 two120 = __halves2bfloat162(__ushort_as_bfloat16(0x7b80),
-                                                     __ushort_as_bfloat16(0x7b80));  // 2^120
-    const __nv_bfloat162 x0 = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&lo), two120);
-    const __nv_bfloat162 x1 = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&hi), two120);
-    b0 = *reinterpret_cast<const uint32_t*>(&x0);
-    b1 = *reinterpret_cast<const uint32_t*>(&x1);
-  }
+  e4m3x4_to_half2x2(__byte_perm(w, 0u, 0x3120), b0, b1);  // bytes 0, 2 | 1, 3
 }
 
 // How split_kernel finds a key's row in the cache (run_decode picks it from the problem; each is
@@ -141,6 +141,8 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   using Element = typename C::Element;
   using KvStore = typename C::KvStore;
   constexpr int kD = C::kHeadDim;
+  // bf16 queries on an e4m3 cache: S runs in fp16 with Q's rows scaled (file comment).
+  constexpr bool kHalfQk = C::kKvE4m3 && !std::is_same_v<Element, __half>;
   extern __shared__ __align__(128) unsigned char smem[];
   Element* q_s = reinterpret_cast<Element*>(smem);
   KvStore* pipe = reinterpret_cast<KvStore*>(smem + C::kQBytes);
@@ -228,59 +230,106 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     const int j0 = kb + t * kBlockN;
     return kPaging == kDecodeTilePages && t < t_end && j0 < ke ? pages[j0 / p.page_size] : 0;
   };
+  constexpr int kPerChunk = 16 / int(sizeof(KvStore));  // elements per 16-byte chunk
+  // load_tile's lane form (contiguous and tile pages, where a row's chunks divide 32): lane
+  // copies chunk lc of rows lr + i·kRowStep, so its source addresses are one per-lane offset
+  // plus the tile's base plus i times a uniform step, and the loop keeps no per-copy index math.
+  constexpr bool kLaneRows = 32 % C::kKvChunks == 0 && kPaging != kDecodeRowPages;
+  constexpr int kRowStep = 32 / C::kKvChunks > 0 ? 32 / C::kKvChunks : 1;
+  const int lr = lane / C::kKvChunks, lc = lane % C::kKvChunks;
+  const int64_t k_lane = (kPaging == kDecodeContiguous ? cache_row * p.k_stride[0] : 0) +
+                         lr * p.k_stride[1] + lc * kPerChunk;
+  const int64_t v_lane = (kPaging == kDecodeContiguous ? cache_row * p.v_stride[0] : 0) +
+                         lr * p.v_stride[1] + lc * kPerChunk;
   auto load_tile = [&](int t, int stage, int page) {
     KvStore* ks = ring + stage * 2 * C::kTile;
     KvStore* vs = ks + C::kTile;
     const int j0 = kb + t * kBlockN;
-    constexpr int kPerChunk = 16 / int(sizeof(KvStore));  // elements per 16-byte chunk
-    // kDecodeTilePages: the tile's first row in the cache, and whether its page is in range.
-    [[maybe_unused]] int64_t k0 = 0, v0 = 0;
-    [[maybe_unused]] bool page_ok = true;
-    if constexpr (kPaging == kDecodeTilePages) {
-      const int pi = j0 / p.page_size, in_page0 = j0 - pi * p.page_size;
-      page_ok = page >= 0 && page < p.num_pages;
-      if (!page_ok && j0 < ke) bad_page = pi;
-      k0 = page * p.k_stride[0] + in_page0 * p.k_stride[1];
-      v0 = page * p.v_stride[0] + in_page0 * p.v_stride[1];
-    }
+    if constexpr (kLaneRows) {
+      int64_t kt, vt;  // the lane's first row in the cache
+      bool tile_ok = row_ok;
+      if constexpr (kPaging == kDecodeTilePages) {
+        const int pi = j0 / p.page_size, in_page0 = j0 - pi * p.page_size;
+        tile_ok = page >= 0 && page < p.num_pages;
+        if (!tile_ok && j0 < ke) bad_page = pi;
+        kt = k_lane + page * p.k_stride[0] + in_page0 * p.k_stride[1];
+        vt = v_lane + page * p.v_stride[0] + in_page0 * p.v_stride[1];
+      } else {
+        kt = k_lane + j0 * p.k_stride[1];
+        vt = v_lane + j0 * p.v_stride[1];
+      }
+      const int rem = ke - j0 - lr;  // the lane's rows i·kRowStep < rem are keys of the sequence
 #pragma unroll
-    for (int i = 0; i < C::kCopiesPerLane; ++i) {
-      const int flat = lane + 32 * i;
-      const int row = flat / C::kKvChunks, c = flat % C::kKvChunks, j = j0 + row;
-      bool ok = j < ke && row_ok;
-      int64_t k_off = 0, v_off = 0;
-      if (ok) {
-        if constexpr (kPaging == kDecodeTilePages) {
-          ok = page_ok;
-          k_off = k0 + row * p.k_stride[1];
-          v_off = v0 + row * p.v_stride[1];
-        } else if constexpr (kPaging == kDecodeRowPages) {
-          const int pi = j / p.page_size;
-          const int pg = pages[pi];
-          const int in_page = j - pi * p.page_size;
-          ok = pg >= 0 && pg < p.num_pages;
-          if (!ok) bad_page = pi;
-          k_off = pg * p.k_stride[0] + in_page * p.k_stride[1];
-          v_off = pg * p.v_stride[0] + in_page * p.v_stride[1];
+      for (int i = 0; i < C::kCopiesPerLane; ++i) {
+        const int row = lr + kRowStep * i;
+        const bool ok = tile_ok && kRowStep * i < rem;
+        const KvStore* k_src = k_base + (ok ? kt + i * kRowStep * p.k_stride[1] : 0);
+        const KvStore* v_src = v_base + (ok ? vt + i * kRowStep * p.v_stride[1] : 0);
+        int k_at, v_at;
+        if constexpr (C::kKvE4m3) {
+          k_at = e4m3_k_offset<kD>(row, 16 * lc);
+          v_at = e4m3_v_offset<kD>(row, 16 * lc);
         } else {
-          k_off = cache_row * p.k_stride[0] + j * p.k_stride[1];
-          v_off = cache_row * p.v_stride[0] + j * p.v_stride[1];
+          k_at = v_at = swizzle<kD>(row, lc);
+        }
+        if constexpr (kHintedLoads) {
+          cp_async_16_hint(ks + k_at, k_src, ok, kv_policy);
+          cp_async_16_hint(vs + v_at, v_src, ok, kv_policy);
+        } else {
+          cp_async_16(ks + k_at, k_src, ok);
+          cp_async_16(vs + v_at, v_src, ok);
         }
       }
-      if (!ok) k_off = v_off = 0;
-      int k_at, v_at;  // elements (of KvStore) into the K and V tiles
-      if constexpr (C::kKvE4m3) {
-        k_at = e4m3_k_offset<kD>(row, 16 * c);
-        v_at = e4m3_v_offset<kD>(row, 16 * c);
-      } else {
-        k_at = v_at = swizzle<kD>(row, c);
+    } else {
+      // kDecodeTilePages: the tile's first row in the cache, and whether its page is in range.
+      [[maybe_unused]] int64_t k0 = 0, v0 = 0;
+      [[maybe_unused]] bool page_ok = true;
+      if constexpr (kPaging == kDecodeTilePages) {
+        const int pi = j0 / p.page_size, in_page0 = j0 - pi * p.page_size;
+        page_ok = page >= 0 && page < p.num_pages;
+        if (!page_ok && j0 < ke) bad_page = pi;
+        k0 = page * p.k_stride[0] + in_page0 * p.k_stride[1];
+        v0 = page * p.v_stride[0] + in_page0 * p.v_stride[1];
       }
-      if constexpr (kHintedLoads) {
-        cp_async_16_hint(ks + k_at, k_base + k_off + c * kPerChunk, ok, kv_policy);
-        cp_async_16_hint(vs + v_at, v_base + v_off + c * kPerChunk, ok, kv_policy);
-      } else {
-        cp_async_16(ks + k_at, k_base + k_off + c * kPerChunk, ok);
-        cp_async_16(vs + v_at, v_base + v_off + c * kPerChunk, ok);
+#pragma unroll
+      for (int i = 0; i < C::kCopiesPerLane; ++i) {
+        const int flat = lane + 32 * i;
+        const int row = flat / C::kKvChunks, c = flat % C::kKvChunks, j = j0 + row;
+        bool ok = j < ke && row_ok;
+        int64_t k_off = 0, v_off = 0;
+        if (ok) {
+          if constexpr (kPaging == kDecodeTilePages) {
+            ok = page_ok;
+            k_off = k0 + row * p.k_stride[1];
+            v_off = v0 + row * p.v_stride[1];
+          } else if constexpr (kPaging == kDecodeRowPages) {
+            const int pi = j / p.page_size;
+            const int pg = pages[pi];
+            const int in_page = j - pi * p.page_size;
+            ok = pg >= 0 && pg < p.num_pages;
+            if (!ok) bad_page = pi;
+            k_off = pg * p.k_stride[0] + in_page * p.k_stride[1];
+            v_off = pg * p.v_stride[0] + in_page * p.v_stride[1];
+          } else {
+            k_off = cache_row * p.k_stride[0] + j * p.k_stride[1];
+            v_off = cache_row * p.v_stride[0] + j * p.v_stride[1];
+          }
+        }
+        if (!ok) k_off = v_off = 0;
+        int k_at, v_at;  // elements (of KvStore) into the K and V tiles
+        if constexpr (C::kKvE4m3) {
+          k_at = e4m3_k_offset<kD>(row, 16 * c);
+          v_at = e4m3_v_offset<kD>(row, 16 * c);
+        } else {
+          k_at = v_at = swizzle<kD>(row, c);
+        }
+        if constexpr (kHintedLoads) {
+          cp_async_16_hint(ks + k_at, k_base + k_off + c * kPerChunk, ok, kv_policy);
+          cp_async_16_hint(vs + v_at, v_base + v_off + c * kPerChunk, ok, kv_policy);
+        } else {
+          cp_async_16(ks + k_at, k_base + k_off + c * kPerChunk, ok);
+          cp_async_16(vs + v_at, v_base + v_off + c * kPerChunk, ok);
+        }
       }
     }
   };
@@ -324,13 +373,58 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
   auto qk_dim = [&](int kk) {
     return (kk / kStepsPerGroup) * 4 * C::kQkBytes + t4 * C::kQkBytes + (kk % kStepsPerGroup) * 4;
   };
-  auto q_fragment_e4m3 = [&](int kk, uint32_t(&a)[4]) {
+  auto q_pair = [&](int kk, int h) {  // row g + 8h, dimensions qk_dim(kk) .. + 3
     const int d = qk_dim(kk);
+    return *reinterpret_cast<const uint2*>(q_s + swizzle<kD>(g + 8 * h, d / 8) + d % 8);
+  };
+  // bf16 queries on an e4m3 cache: S = Q·Kᵀ runs in fp16 (kernel comment), each row of Q scaled
+  // by a power of two that brings its largest magnitude into [2^14, 2^15); s_unscale undoes it on
+  // S. Rows past the chunk's end (zeros) and non-finite maxima keep a scale of 1.
+  float q_mul[2] = {1.f, 1.f}, s_unscale[2] = {1.f, 1.f};
+  if constexpr (kHalfQk) {
+    float amax[2] = {0.f, 0.f};
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint2 x = q_pair(kk, h);
+        amax[h] = fmaxf(amax[h], fmaxf(fmaxf(fabsf(__uint_as_float(x.x << 16)),
+                                             fabsf(__uint_as_float(x.x & 0xffff0000u))),
+                                       fmaxf(fabsf(__uint_as_float(x.y << 16)),
+                                             fabsf(__uint_as_float(x.y & 0xffff0000u)))));
+      }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint2 x = *reinterpret_cast<const uint2*>(q_s + swizzle<kD>(g + 8 * h, d / 8) + d % 8);
-      a[h] = __byte_perm(x.x, x.y, 0x5410);
-      a[2 + h] = __byte_perm(x.x, x.y, 0x7632);
+      amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+      amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+      if (amax[h] > 0.f && amax[h] <= 3.4e38f) {
+        int ex;
+        frexpf(amax[h], &ex);  // amax in [2^(ex-1), 2^ex)
+        ex = max(ex, -100);
+        q_mul[h] = ldexpf(1.f, 15 - ex);
+        s_unscale[h] = ldexpf(1.f, ex - 15);
+      }
+    }
+  }
+  float row_softcap_scale[2], row_scale_log2[2];  // S's scales, per row (g, g + 8)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_softcap_scale[h] = softcap_scale * s_unscale[h];
+    row_scale_log2[h] = p.softcap > 0.f ? scale_log2 : scale_log2 * s_unscale[h];
+  }
+  auto q_fragment_e4m3 = [&](int kk, uint32_t(&a)[4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint2 x = q_pair(kk, h);
+      if constexpr (kHalfQk) {  // bf16 (d, d+1, d+2, d+3) -> fp16 (d, d+2), (d+1, d+3), scaled
+        const float f0 = __uint_as_float(x.x << 16), f1 = __uint_as_float(x.x & 0xffff0000u);
+        const float f2 = __uint_as_float(x.y << 16), f3 = __uint_as_float(x.y & 0xffff0000u);
+        a[h] = pack2<__half>(f0 * q_mul[h], f2 * q_mul[h]);
+        a[2 + h] = pack2<__half>(f1 * q_mul[h], f3 * q_mul[h]);
+      } else {
+        a[h] = __byte_perm(x.x, x.y, 0x5410);
+        a[2 + h] = __byte_perm(x.x, x.y, 0x7632);
+      }
     }
   };
   uint32_t* q_frag = reinterpret_cast<uint32_t*>(smem + C::kQBytes + C::kPipeBytes);
@@ -401,8 +495,8 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             uint32_t b0, b1;
-            e4m3x4_to_k_operand<Element>(kw[h][u], b0, b1);
-            mma_16816<Element>(s[h], a, b0, b1);
+            e4m3x4_to_k_operand(kw[h][u], b0, b1);
+            mma_16816<__half>(s[h], a, b0, b1);
           }
         }
       }
@@ -428,26 +522,57 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
     // were loaded there) become -inf.
     const int j0 = kb + (t_begin + warp + i * kWarps) * kBlockN;
     const bool edge = !mask.tile_all_visible(q_first, q_end, j0, j0 + kBlockN);
+    // One uniform branch each for the softcap and the edge mask, not one per element.
+    if (p.softcap > 0.f) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = tanh_accurate(s[n][e] * row_softcap_scale[e / 2]);
+    }
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (p.softcap > 0.f) s[n][e] = tanh_accurate(s[n][e] * softcap_scale);
-        s[n][e] *= scale_log2;
-        if (edge && !mask.visible(qi_row[e / 2], j0 + n * 8 + 2 * t4 + (e & 1))) s[n][e] = kNegInf;
-      }
+      for (int e = 0; e < 4; ++e) s[n][e] *= row_scale_log2[e / 2];
+    if (edge) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!mask.visible(qi_row[e / 2], j0 + n * 8 + 2 * t4 + (e & 1))) s[n][e] = kNegInf;
+    }
 
-      // Online softmax. A row with no visible key yet keeps m = -inf; subtracting 0 instead keeps
-      // exp2 at exactly 0 rather than NaN.
+    // Online softmax with FlashAttention-4's conditional rescale: a row keeps its reference max
+    // m while its true max grows by at most kRescaleSlack (log2 units), so P reaches at most 2^8
+    // (harmless in the fp32 sums and in P's 16-bit type), and O's rescale (kD / 2 multiplies a
+    // lane) runs only when some row of the warp moves its reference. The final normalisation and
+    // the LSE use the same reference: exact. A row with no visible key yet keeps m = -inf;
+    // subtracting 0 instead keeps exp2 at exactly 0 rather than NaN.
+    float mx[2];
+    bool move = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx);
-      const float base = m_new == kNegInf ? 0.f : m_new;
-      const float alpha = exp2_approx(m[r] - base);
-      m[r] = m_new;
+      mx[r] = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      move = move || mx[r] > m[r] + kRescaleSlack;
+    }
+    if (__any_sync(0xffffffffu, move)) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(m[r], mx[r]);
+        const float alpha = exp2_approx(m[r] - (m_new == kNegInf ? 0.f : m_new));
+        m[r] = m_new;
+        l[r] *= alpha;
+#pragma unroll
+        for (int d = 0; d < kD / 8; ++d) {
+          acc[d][2 * r] *= alpha;
+          acc[d][2 * r + 1] *= alpha;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float base = m[r] == kNegInf ? 0.f : m[r];
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < 2; ++n)
@@ -456,12 +581,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
           s[n][e] = exp2_approx(s[n][e] - base);
           sum += s[n][e];
         }
-      l[r] = l[r] * alpha + sum;
-#pragma unroll
-      for (int d = 0; d < kD / 8; ++d) {
-        acc[d][2 * r] *= alpha;
-        acc[d][2 * r + 1] *= alpha;
-      }
+      l[r] += sum;
     }
 
     if constexpr (C::kKvE4m3) {
@@ -485,12 +605,13 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
                                 __byte_perm(vw[0][w], vw[1][w], 0x7362)};
         const uint32_t hi[2] = {__byte_perm(vw[2][w], vw[3][w], 0x5140),
                                 __byte_perm(vw[2][w], vw[3][w], 0x7362)};
+        uint32_t b_lo[4], b_hi[4];  // block e's b0, b1
+        e4m3x4_to_half2x2(lo[0], b_lo[0], b_lo[1]);
+        e4m3x4_to_half2x2(lo[1], b_lo[2], b_lo[3]);
+        e4m3x4_to_half2x2(hi[0], b_hi[0], b_hi[1]);
+        e4m3x4_to_half2x2(hi[1], b_hi[2], b_hi[3]);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int shift = (e & 1) * 16;
-          mma_16816<__half>(acc[4 * w + e], pa, e4m3x2_to_half2(lo[e >> 1] >> shift),
-                            e4m3x2_to_half2(hi[e >> 1] >> shift));
-        }
+        for (int e = 0; e < 4; ++e) mma_16816<__half>(acc[4 * w + e], pa, b_lo[e], b_hi[e]);
       }
     } else {
       // O += P·V with P (rounded to Element) as the A operand, straight from the S accumulators.

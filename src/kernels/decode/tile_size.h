@@ -24,7 +24,9 @@ constexpr int decode_stages(int head_dim) {
 // Measured (H100, 2026-11-25, b8/8k hd128, ncu): the first FP8 build (16-bit depths, widened K and
 // V tiles per warp, 84 KB, two blocks per SM) issued on 47% of cycles with DRAM at 48%; doubling
 // the bytes in flight (2·stages − 1 stages, 100 KB) changed nothing (0.74-0.84x the bf16 time
-// either way). Its fragments are now read straight from the ring (kernel.cuh), so a block is the
+// either way). Again on the H200 (2026-11-29, graph-timed): 4 and 5 stages at hd128 (5 and 6 at
+// hd64) against 3 (4): contiguous b8/8k 45.5 -> 45.5 / 44.7 us, paged (page 16) 51.9 -> 52.6 /
+// 56.1; fewer instructions per tile is what moved it (kernel.cuh; docs/PERF.md, Decode II). Its fragments are now read straight from the ring (kernel.cuh), so a block is the
 // ring, Q and, at hd 192/256, Q's fragments: hd 64 34 KB, 96 39 KB, 128 52 KB, 192 60 KB, 256 80
 // KB; registers (~160 at hd 128) hold it to three blocks per SM.
 
