@@ -241,6 +241,16 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
                          lr * p.k_stride[1] + lc * kPerChunk;
   const int64_t v_lane = (kPaging == kDecodeContiguous ? cache_row * p.v_stride[0] : 0) +
                          lr * p.v_stride[1] + lc * kPerChunk;
+  // kDecodeTilePages: the cache offsets of the page's row holding key j0 (the tile's first), and
+  // whether the page is in range (a bad one is recorded for the error word).
+  auto tile_page_offsets = [&](int j0, int page, int64_t& k0, int64_t& v0) {
+    const int pi = j0 / p.page_size, in_page0 = j0 - pi * p.page_size;
+    const bool page_ok = page >= 0 && page < p.num_pages;
+    if (!page_ok && j0 < ke) bad_page = pi;
+    k0 = page * p.k_stride[0] + in_page0 * p.k_stride[1];
+    v0 = page * p.v_stride[0] + in_page0 * p.v_stride[1];
+    return page_ok;
+  };
   auto load_tile = [&](int t, int stage, int page) {
     KvStore* ks = ring + stage * 2 * C::kTile;
     KvStore* vs = ks + C::kTile;
@@ -249,11 +259,10 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       int64_t kt, vt;  // the lane's first row in the cache
       bool tile_ok = row_ok;
       if constexpr (kPaging == kDecodeTilePages) {
-        const int pi = j0 / p.page_size, in_page0 = j0 - pi * p.page_size;
-        tile_ok = page >= 0 && page < p.num_pages;
-        if (!tile_ok && j0 < ke) bad_page = pi;
-        kt = k_lane + page * p.k_stride[0] + in_page0 * p.k_stride[1];
-        vt = v_lane + page * p.v_stride[0] + in_page0 * p.v_stride[1];
+        int64_t k0, v0;
+        tile_ok = tile_page_offsets(j0, page, k0, v0);
+        kt = k_lane + k0;
+        vt = v_lane + v0;
       } else {
         kt = k_lane + j0 * p.k_stride[1];
         vt = v_lane + j0 * p.v_stride[1];
@@ -284,13 +293,7 @@ __global__ void __launch_bounds__(C::kThreads) split_kernel(const DecodeProblem 
       // kDecodeTilePages: the tile's first row in the cache, and whether its page is in range.
       [[maybe_unused]] int64_t k0 = 0, v0 = 0;
       [[maybe_unused]] bool page_ok = true;
-      if constexpr (kPaging == kDecodeTilePages) {
-        const int pi = j0 / p.page_size, in_page0 = j0 - pi * p.page_size;
-        page_ok = page >= 0 && page < p.num_pages;
-        if (!page_ok && j0 < ke) bad_page = pi;
-        k0 = page * p.k_stride[0] + in_page0 * p.k_stride[1];
-        v0 = page * p.v_stride[0] + in_page0 * p.v_stride[1];
-      }
+      if constexpr (kPaging == kDecodeTilePages) page_ok = tile_page_offsets(j0, page, k0, v0);
 #pragma unroll
       for (int i = 0; i < C::kCopiesPerLane; ++i) {
         const int flat = lane + 32 * i;
